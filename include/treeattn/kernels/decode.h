@@ -1,0 +1,51 @@
+// CUDA entry points: run a Plan's work items (paged tree attention on tensor cores) and the
+// per-query LSE merge. run() never synchronizes and never allocates: the caller owns the
+// workspace (plan_layout(plan).total_bytes bytes, device memory) and uploads the plan metadata
+// (pack_plan into host memory, then a host->device copy of [0, layout.metadata_bytes)).
+//
+// KV layout: page p, slot s, kv head h, element d of K lives at
+//   k + p * page_stride + s * slot_stride + h * head_stride + d     (elements)
+// which covers K/V each [num_pages, page_size, kv_heads, head_dim] (page_stride = P*H*D,
+// slot_stride = H*D, head_stride = D) and the combined [num_pages, 2, page_size, kv_heads,
+// head_dim] layout of vLLM/FlashInfer (v = k + P*H*D, page_stride = 2*P*H*D). head_dim is
+// contiguous and every stride is a multiple of 8 elements (16-byte loads).
+#pragma once
+
+#include <cstdint>
+
+#include "treeattn/plan/plan.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace treeattn {
+
+enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1 };
+
+struct DecodeArgs {
+  DType dtype = DType::kFloat16;
+  const void* q = nullptr;  ///< [num_queries, num_qo_heads, head_dim], strides below
+  int64_t q_stride_query = 0, q_stride_head = 0;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t page_stride = 0, slot_stride = 0, head_stride = 0;
+  void* out = nullptr;  ///< [num_queries, num_qo_heads, head_dim], same dtype as q
+  int64_t o_stride_query = 0, o_stride_head = 0;
+  float* lse = nullptr;  ///< optional [num_queries, num_qo_heads], natural log; nullptr = skip
+  float sm_scale = 0.f;  ///< 0 -> 1/sqrt(head_dim)
+};
+
+/// Status codes of the launchers (host validation throws; launches return).
+enum class Status : int32_t { kOk = 0, kInvalidArgument = 1, kCudaError = 2, kUnsupported = 3 };
+const char* status_string(Status s);
+
+/// Launches the attention kernels (one per non-empty tile class) and the merge on `stream`.
+/// `workspace` is the device workspace laid out as `layout` with the metadata already uploaded.
+/// Capturable in a CUDA graph; replaying it after uploading a later plan's metadata that fits the
+/// same layout runs that plan.
+Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& args,
+                  cudaStream_t stream);
+
+/// Last CUDA error string seen by run_decode (thread-local), for messages.
+const char* last_cuda_error();
+
+}  // namespace treeattn

@@ -1,0 +1,26 @@
+// DeviceInfo: what the planners and the cost model know about a GPU, as plain values so that
+// heuristics run and are tested on any machine. Presets for A100, H100, H200; the benchmark
+// fills one from measured ceilings.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace treeattn {
+
+struct DeviceInfo {
+  std::string name = "h200";
+  int32_t num_sms = 132;
+  int32_t smem_per_sm_bytes = 228 * 1024;
+  double hbm_read_GBps = 4200.0;   ///< achievable streaming-read bandwidth
+  double tc_TFLOPs = 762.0;        ///< dense fp16 tensor-core rate (cuBLAS-achievable)
+  double mma_efficiency = 0.55;    ///< fraction of tc_TFLOPs our mma.sync kernel reaches
+  double launch_overhead_us = 2.5; ///< per kernel launch (back-to-back, same stream)
+  double item_overhead_us = 1.0;   ///< per CTA fixed cost: prologue, Q load, epilogue
+  int32_t ctas_per_sm = 2;         ///< resident CTAs of the attention kernel per SM
+};
+
+/// "a100", "h100", "h200" (case-insensitive); throws std::invalid_argument naming "device".
+DeviceInfo device_preset(const std::string& name);
+
+}  // namespace treeattn

@@ -1,0 +1,98 @@
+// PrefixTree: which KV tokens every decode query sees, as a forest of nodes over paged KV.
+//
+// Token -> page mapping. A node holds `tokens` consecutive tokens that continue its parent's
+// sequence. Its tokens fill its own page list starting at slot `page_offset` of pages[0]:
+//   token i of the node  ->  page pages[(page_offset + i) / P], slot (page_offset + i) % P.
+// So pages.size() == ceil((page_offset + tokens) / P). Builders set page_offset to the node's
+// absolute start position modulo P (the vLLM layout: absolute position t sits in slot t % P), so a
+// node that starts mid-page starts mid-way through its own first page; the slots before it in
+// that page belong to whoever owns them (the parent's copy-on-write twin, or nobody) and are never
+// read through this node. Page ids lie in [0, num_pages).
+//
+// A query attends every token on the path root -> its node, its node included. Several queries
+// may share a node; queries may sit on internal nodes; the tree may be a forest of several roots.
+// Query q is row q of the caller's q tensor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace treeattn {
+
+inline constexpr int32_t kNoParent = -1;
+
+/// One node: a run of KV tokens continuing its parent's sequence (see file comment for pages).
+struct TreeNode {
+  int64_t id = 0;                 ///< user-visible id (JSON "id"); unique among live nodes
+  int32_t parent = kNoParent;     ///< index into PrefixTree::nodes, or kNoParent for a root
+  int32_t tokens = 0;             ///< >= 1 for a live node
+  int32_t page_offset = 0;        ///< slot of token 0 in pages[0], in [0, page_size)
+  std::vector<int32_t> pages;     ///< ceil((page_offset + tokens) / page_size) page ids
+  bool alive = true;              ///< false for a slot freed by remove_query (kept so indices stay stable)
+};
+
+/// Optional model shape carried by JSON trees and workload lines (0 = not given).
+struct ModelShape {
+  int32_t num_qo_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+};
+
+/// A forest of TreeNodes over paged KV, plus the decode queries attached to its nodes.
+/// Plain data: builders and updates live in the functions below and in tree/builders.h.
+struct PrefixTree {
+  int32_t page_size = 16;               ///< P >= 1 tokens per page
+  int32_t num_pages = 0;                ///< page ids must lie in [0, num_pages)
+  std::vector<TreeNode> nodes;          ///< indexed by node index; dead slots have alive == false
+  std::vector<int32_t> query_node;      ///< query q attends root -> nodes[query_node[q]]
+  ModelShape shape;                     ///< optional heads/head_dim from JSON or a workload line
+
+  int32_t num_queries() const { return static_cast<int32_t>(query_node.size()); }
+
+  // ---- updates (src/tree/updates.cc); each keeps the tree valid and prunes what no query uses.
+  // Pages for new tokens come from `new_pages` when given, else from the free-page allocator
+  // (see PrefixTree::free_pages); running out throws std::invalid_argument naming "new_pages".
+
+  /// Appends k >= 1 tokens to query q: its node grows when q is the only query below it and the
+  /// node is a leaf, else q forks into a new child node holding the k tokens.
+  void append_tokens(int32_t q, int32_t k, const std::vector<int32_t>& new_pages = {});
+  /// Adds a query on node index `node`; returns its query index (the last one).
+  int32_t add_query(int32_t node);
+  /// Removes query q (later queries shift down by one) and prunes nodes no query uses any more,
+  /// returning their pages to free_pages.
+  void remove_query(int32_t q);
+  /// Forks query q into n >= 1 queries on the same node (q plus n-1 new ones appended at the end);
+  /// returns the index of the first new query.
+  int32_t fork_query(int32_t q, int32_t n);
+
+  /// Free-page pool used by the updates when no pages are passed. Builders that own their page
+  /// layout (levels) fill it with every page id in [0, num_pages) they did not use.
+  std::vector<int32_t> free_pages;
+};
+
+/// Throws std::invalid_argument naming the offender on: empty tree (no live node or no query),
+/// page_size < 1, cycle, unknown parent, parent that is dead, duplicate id, tokens < 1,
+/// page_offset out of [0, P), page count not matching tokens, page id out of [0, num_pages),
+/// query on an unknown or dead node.
+void validate(const PrefixTree& tree);
+
+/// Derived views, computed in O(nodes).
+struct TreeIndex {
+  std::vector<int32_t> depth;            ///< roots have depth 0
+  std::vector<int64_t> start;            ///< absolute position of the node's token 0
+  std::vector<std::vector<int32_t>> children;
+  std::vector<std::vector<int32_t>> queries_below;  ///< queries whose path contains the node
+  std::vector<int32_t> roots;
+  std::vector<int32_t> preorder;         ///< live nodes, parents before children
+};
+TreeIndex build_index(const PrefixTree& tree);
+
+/// Nodes on query q's path, root first.
+std::vector<int32_t> query_path(const PrefixTree& tree, int32_t q);
+/// Number of KV tokens query q attends (sum of tokens on its path).
+int64_t query_context(const PrefixTree& tree, int32_t q);
+/// Tokens summed over live nodes that at least one query uses.
+int64_t unique_tokens(const PrefixTree& tree);
+
+}  // namespace treeattn

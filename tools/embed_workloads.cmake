@@ -1,0 +1,16 @@
+# Writes ${OUT}: a C++ file defining treeattn::detail::embedded_workload_text(set), one raw
+# string literal per data/workloads/<set>.txt. Run by the build (script mode).
+file(GLOB files ${DIR}/*.txt)
+list(SORT files)
+set(body "// Generated from data/workloads/*.txt by tools/embed_workloads.cmake. Do not edit.\n")
+string(APPEND body "#include <string>\n#include <utility>\n#include <vector>\n")
+string(APPEND body "namespace treeattn::detail {\n")
+string(APPEND body "const std::vector<std::pair<std::string, std::string>>& embedded_workload_files() {\n")
+string(APPEND body "  static const std::vector<std::pair<std::string, std::string>> files = {\n")
+foreach(f ${files})
+  get_filename_component(name ${f} NAME_WE)
+  file(READ ${f} text)
+  string(APPEND body "    {\"${name}\", R\"TAW(${text})TAW\"},\n")
+endforeach()
+string(APPEND body "  };\n  return files;\n}\n}  // namespace treeattn::detail\n")
+file(WRITE ${OUT} "${body}")
