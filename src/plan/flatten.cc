@@ -1,12 +1,110 @@
-// Placeholder for the flatten planner (issue 3); replaced by the real planner.
-#include <stdexcept>
+// DeFT-Flatten: the tree's KV flattened depth-first (preorder, so a subtree's KV is contiguous
+// and a block's queries are few) and cut into equal blocks of even_block_tokens() tokens; a block
+// holds slices of one or more nodes. Its queries are the union of the queries below those nodes,
+// in chunks of at most kMaxMaskedRows rows (and 128 packed rows), one item per chunk over the
+// whole block, with a bit mask per (item, slice) saying which rows see that slice (DeFT's
+// KV-guided bit causal mask). Blocks whose queries all see every slice carry no mask.
+#include <algorithm>
+#include <vector>
 
+#include "planner_util.h"
 #include "planners.h"
 
 namespace treeattn::planners {
+namespace {
 
-Plan flatten(const PrefixTree&, const TreeIndex&, const PlanOptions&) {
-  throw std::invalid_argument("planner: 'flatten' is not implemented yet");
+class Flattener {
+ public:
+  Flattener(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts)
+      : tree_(tree),
+        index_(index),
+        as_(tree, opts, "flatten"),
+        cap_masked_(max_queries_per_item(opts, true)),
+        cap_full_(max_queries_per_item(opts, false)),
+        stamp_(tree.num_queries(), -1),
+        pos_(tree.num_queries(), 0) {}
+
+  /// Walks the used nodes in preorder, cutting their tokens into blocks of `block` tokens.
+  void flatten(int32_t block) {
+    int32_t fill = 0;
+    for (const int32_t v : index_.preorder) {
+      if (index_.queries_below[v].empty()) continue;
+      const int32_t tokens = tree_.nodes[v].tokens;
+      int32_t pos = 0;
+      while (pos < tokens) {
+        const int32_t take = std::min(block - fill, tokens - pos);
+        slices_.push_back(Seg{v, pos, pos + take});
+        pos += take;
+        fill += take;
+        if (fill == block) {
+          flush();
+          fill = 0;
+        }
+      }
+    }
+    if (!slices_.empty()) flush();
+  }
+
+  Plan finish() { return as_.finish(); }
+
+ private:
+  /// Emits the items of the current block and clears it.
+  void flush() {
+    ++block_id_;
+    // Union of the queries below the block's nodes, in first-seen order.
+    uni_.clear();
+    bool all_see_all = true;
+    for (const Seg& s : slices_) {
+      for (const int32_t q : index_.queries_below[s.node]) {
+        if (stamp_[q] != block_id_) {
+          stamp_[q] = block_id_;
+          pos_[q] = static_cast<int32_t>(uni_.size());
+          uni_.push_back(q);
+        }
+      }
+    }
+    for (const Seg& s : slices_)
+      all_see_all = all_see_all && index_.queries_below[s.node].size() == uni_.size();
+    const int32_t nq = static_cast<int32_t>(uni_.size());
+    if (all_see_all) {
+      as_.emit_group(uni_.data(), nq, slices_.data(), static_cast<int32_t>(slices_.size()),
+                     cap_full_, 1);
+    } else {
+      const int32_t cap = cap_masked_;
+      const int32_t chunks = static_cast<int32_t>(cdiv(nq, cap));
+      const int32_t ns = static_cast<int32_t>(slices_.size());
+      bits_.assign(static_cast<size_t>(ns) * chunks, 0);
+      for (int32_t j = 0; j < ns; ++j)
+        for (const int32_t q : index_.queries_below[slices_[j].node])
+          bits_[static_cast<size_t>(j) * chunks + pos_[q] / cap] |= 1ull << (pos_[q] % cap);
+      for (int32_t c = 0; c < chunks; ++c) {
+        as_.begin_item();
+        for (int32_t r = c * cap; r < std::min(nq, (c + 1) * cap); ++r) as_.add_row(uni_[r]);
+        for (int32_t j = 0; j < ns; ++j)
+          as_.add_masked_range(slices_[j].node, slices_[j].begin, slices_[j].end,
+                               bits_[static_cast<size_t>(j) * chunks + c]);
+        as_.end_item();
+      }
+    }
+    slices_.clear();
+  }
+
+  const PrefixTree& tree_;
+  const TreeIndex& index_;
+  PlanAssembler as_;
+  int32_t cap_masked_, cap_full_;
+  std::vector<int32_t> stamp_, pos_, uni_;
+  std::vector<Seg> slices_;
+  std::vector<uint64_t> bits_;
+  int32_t block_id_ = 0;
+};
+
+}  // namespace
+
+Plan flatten(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts) {
+  Flattener f(tree, index, opts);
+  f.flatten(even_block_tokens(used_tokens(tree, index), opts));
+  return f.finish();
 }
 
 }  // namespace treeattn::planners

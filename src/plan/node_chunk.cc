@@ -1,12 +1,25 @@
-// Placeholder for the node_chunk planner (issue 3); replaced by the real planner.
-#include <stdexcept>
-
+// DeFT-Node-Chunk: DeFT-Node (one group per node with every query below it, KV read once per
+// group) with nodes longer than a chunk cut into chunks, a weak load-balancing fix for trees with
+// one huge node. The chunk size is the DeFT-Flatten block size (even_block_tokens), so a giant
+// prefix is cut into enough pieces to fill the device.
+#include "planner_util.h"
 #include "planners.h"
 
 namespace treeattn::planners {
 
-Plan node_chunk(const PrefixTree&, const TreeIndex&, const PlanOptions&) {
-  throw std::invalid_argument("planner: 'node_chunk' is not implemented yet");
+Plan node_chunk(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts) {
+  PlanAssembler as(tree, opts, "node-chunk");
+  const int32_t chunk = even_block_tokens(used_tokens(tree, index), opts);
+  const int32_t cap = max_queries_per_item(opts, /*masked=*/false);
+  for (const int32_t v : index.preorder) {
+    const std::vector<int32_t>& qs = index.queries_below[v];
+    if (qs.empty()) continue;
+    const int32_t tokens = tree.nodes[v].tokens;
+    const Seg seg{v, 0, tokens};
+    as.emit_group(qs.data(), static_cast<int32_t>(qs.size()), &seg, 1, cap,
+                  static_cast<int32_t>(cdiv(tokens, chunk)));
+  }
+  return as.finish();
 }
 
 }  // namespace treeattn::planners

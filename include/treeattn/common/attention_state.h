@@ -24,6 +24,8 @@ struct MergeWeights {
 
 template <typename T>
 TA_HOST_DEVICE MergeWeights<T> merge_weights(T lse_a, T lse_b) {
+  using std::exp;  // float overloads on the host; CUDA's on the device
+  using std::log;
   const T m = lse_a > lse_b ? lse_a : lse_b;
   if (m == -INFINITY) return {T(0), T(0), -INFINITY};
   const T ea = exp(lse_a - m), eb = exp(lse_b - m);

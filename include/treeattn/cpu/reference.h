@@ -35,6 +35,12 @@ void reference_attention(const PrefixTree& tree, const HostAttentionInputs& in,
 /// Float32 executor of `plan`: every work item's partial attention, then the LSE merge.
 /// out [num_queries, num_qo_heads, head_dim], lse (optional) [num_queries, num_qo_heads].
 void execute_plan_cpu(const Plan& plan, const HostAttentionInputs& in, float* out, float* lse);
+/// Same, restricted to `queries` (empty = all): only the rows of those queries are computed and
+/// merged, items without such rows are skipped, and only those queries' out/lse rows are written
+/// (others are left untouched). `treeattn check` uses it to sample large workloads.
+/// (Addition to the contract by the plan/CPU helper.)
+void execute_plan_cpu(const Plan& plan, const HostAttentionInputs& in,
+                      const std::vector<int32_t>& queries, float* out, float* lse);
 
 /// Fresh random inputs in [-1, 1) (scaled q), rounded to fp16 (dtype_bytes 2, bf16 = false) or
 /// bf16 so the CPU and GPU see identical values.

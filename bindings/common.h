@@ -1,0 +1,79 @@
+// Shared pieces of the nanobind extension _treeattn: the Python-visible plan object (host plan,
+// its tree, and the lazily allocated device workspace) and the tensor validation helpers used by
+// decode() and reference(). Bindings only validate and convert; the logic lives in the library.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "treeattn/plan/device_info.h"
+#include "treeattn/plan/plan.h"
+#include "treeattn/tree/prefix_tree.h"
+
+namespace treeattn::py {
+
+namespace nb = nanobind;
+using AnyArray = nb::ndarray<>;
+
+/// DLPack device types we accept.
+inline constexpr int kDlCpu = 1;
+inline constexpr int kDlCuda = 2;
+
+/// The Python `Plan`: a host Plan plus the tree it was made from (for stats and checks), the
+/// device layout (sized with `headroom`), and once used on a GPU its device workspace. The
+/// workspace is allocated by to_device() or the first GPU decode, freed in the destructor.
+struct PyPlan {
+  Plan plan;
+  PrefixTree tree;
+  PlanLayout layout;
+  double headroom = 1.0;
+  int32_t max_page_id = -1;  ///< largest page id the plan reads (-1: none)
+  int32_t device_id = -1;    ///< CUDA device of the workspace, -1 = none
+  void* workspace = nullptr;
+  std::vector<uint8_t> host_metadata;  ///< pack_plan output, copied to the device
+
+  PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
+         int32_t num_kv_heads, int32_t head_dim, int32_t dtype_bytes, const DeviceInfo& device,
+         double headroom);
+  ~PyPlan();
+  PyPlan(const PyPlan&) = delete;
+  PyPlan& operator=(const PyPlan&) = delete;
+
+  /// Allocates the workspace on `device` (once) and uploads the metadata on `stream`.
+  void to_device(int32_t device, uintptr_t stream);
+  /// Adopts `other`'s plan; when on a device, re-uploads into the existing workspace (throws
+  /// ValueError naming "plan" when the shapes differ or it does not fit the layout).
+  void update(const PyPlan& other, uintptr_t stream);
+  /// Whether `other` fits this plan's layout (same shape, every capacity large enough).
+  bool fits(const PyPlan& other) const;
+  /// Frees the device workspace (no-op when none).
+  void release_device();
+};
+
+/// "(3, 16, 8)".
+std::string shape_str(const AnyArray& a);
+/// "float16", "bfloat16", "float32", "int32", ...
+std::string dtype_str(const nb::dlpack::dtype& dt);
+/// True for float16 / bfloat16 / float32 / float64.
+bool is_float_dtype(const nb::dlpack::dtype& dt);
+bool is_half_dtype(const nb::dlpack::dtype& dt);  ///< float16 or bfloat16
+
+/// Expected shape of a decode / reference call, taken from a plan or from q.
+struct ExpectedShape {
+  int64_t num_queries = 0, num_qo_heads = 0, num_kv_heads = 0, head_dim = 0, page_size = 0;
+  int64_t max_page_id = -1;
+};
+
+/// Validates q/k/v (separate layout when v is given, else the combined 5-dim layout in k):
+/// dims, shape, floating dtype, one device. Throws ValueError / TypeError naming the argument.
+void check_qkv(const ExpectedShape& e, const AnyArray& q, const AnyArray& k, const AnyArray* v);
+
+void register_tree(nb::module_& m);
+void register_plan(nb::module_& m);
+void register_decode(nb::module_& m);
+
+}  // namespace treeattn::py

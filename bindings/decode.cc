@@ -1,0 +1,492 @@
+// Bindings of the execution side: decode() (CUDA kernels through run_decode for CUDA tensors, the
+// float32 CPU plan executor for CPU arrays) and reference() (the float64 oracle). Tensors arrive
+// through DLPack (nb::ndarray, zero-copy); everything here validates shapes, dtypes, devices and
+// strides, naming the argument, then converts and calls the library.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+
+#include "common.h"
+#include "treeattn/common/error.h"
+#include "treeattn/common/half.h"
+#include "treeattn/cpu/reference.h"
+
+#if TREEATTN_PY_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "treeattn/kernels/decode.h"
+#endif
+
+namespace treeattn::py {
+
+std::string shape_str(const AnyArray& a) {
+  std::string s = "(";
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(a.shape(i));
+  }
+  return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+std::string dtype_str(const nb::dlpack::dtype& dt) {
+  using C = nb::dlpack::dtype_code;
+  const char* base = "unknown";
+  switch (static_cast<C>(dt.code)) {
+    case C::Int: base = "int"; break;
+    case C::UInt: base = "uint"; break;
+    case C::Float: base = "float"; break;
+    case C::Bfloat: base = "bfloat"; break;
+    case C::Complex: base = "complex"; break;
+    case C::Bool: return "bool";
+    default: break;
+  }
+  return std::string(base) + std::to_string(dt.bits);
+}
+
+bool is_half_dtype(const nb::dlpack::dtype& dt) {
+  using C = nb::dlpack::dtype_code;
+  return dt.lanes == 1 && dt.bits == 16 &&
+         (dt.code == static_cast<uint8_t>(C::Float) || dt.code == static_cast<uint8_t>(C::Bfloat));
+}
+
+bool is_float_dtype(const nb::dlpack::dtype& dt) {
+  using C = nb::dlpack::dtype_code;
+  if (dt.lanes != 1) return false;
+  if (dt.code == static_cast<uint8_t>(C::Bfloat)) return dt.bits == 16;
+  return dt.code == static_cast<uint8_t>(C::Float) &&
+         (dt.bits == 16 || dt.bits == 32 || dt.bits == 64);
+}
+
+namespace {
+
+[[noreturn]] void type_fail(const std::string& msg) { throw nb::type_error(msg.c_str()); }
+
+void check_ndim(const AnyArray& a, const char* name, size_t ndim, const char* dims) {
+  TA_CHECK_ARG(a.ndim() == ndim, name, "expected ", ndim, " dims ", dims, ", got ", shape_str(a));
+}
+
+void check_dim(const AnyArray& a, const char* name, size_t i, int64_t want, const char* what,
+               const char* source) {
+  TA_CHECK_ARG(static_cast<int64_t>(a.shape(i)) == want, name, "dim ", i, " (", what,
+               ") must be ", want, " (", source, "), got shape ", shape_str(a));
+}
+
+void check_same_device(const AnyArray& a, const char* name, const AnyArray& q) {
+  if (a.device_type() != q.device_type() || a.device_id() != q.device_id())
+    type_fail(std::string(name) + ": expected the device of q (device type " +
+              std::to_string(q.device_type()) + ", id " + std::to_string(q.device_id()) +
+              "), got device type " + std::to_string(a.device_type()) + ", id " +
+              std::to_string(a.device_id()));
+}
+
+void check_float(const AnyArray& a, const char* name) {
+  if (!is_float_dtype(a.dtype()))
+    type_fail(std::string(name) + ": expected float16, bfloat16, float32 or float64, got " +
+              dtype_str(a.dtype()));
+}
+
+/// Element `offset` (in elements) of a float array of any supported dtype, as float.
+inline float load_f32(const char* base, const nb::dlpack::dtype& dt, int64_t offset) {
+  using C = nb::dlpack::dtype_code;
+  if (dt.code == static_cast<uint8_t>(C::Bfloat)) {
+    uint16_t b;
+    std::memcpy(&b, base + offset * 2, 2);
+    return bf16_bits_to_float(b);
+  }
+  switch (dt.bits) {
+    case 16: {
+      uint16_t h;
+      std::memcpy(&h, base + offset * 2, 2);
+      return half_bits_to_float(h);
+    }
+    case 32: return reinterpret_cast<const float*>(base)[offset];
+    default: return static_cast<float>(reinterpret_cast<const double*>(base)[offset]);
+  }
+}
+
+inline void store_f32(char* base, const nb::dlpack::dtype& dt, int64_t offset, float v) {
+  using C = nb::dlpack::dtype_code;
+  if (dt.code == static_cast<uint8_t>(C::Bfloat)) {
+    const uint16_t b = float_to_bf16_bits(v);
+    std::memcpy(base + offset * 2, &b, 2);
+    return;
+  }
+  switch (dt.bits) {
+    case 16: {
+      const uint16_t h = float_to_half_bits(v);
+      std::memcpy(base + offset * 2, &h, 2);
+      return;
+    }
+    case 32: reinterpret_cast<float*>(base)[offset] = v; return;
+    default: reinterpret_cast<double*>(base)[offset] = v; return;
+  }
+}
+
+/// A strided view (sizes/strides in elements) over an array's data, starting `base_off` elements
+/// in; dims are picked from the array by `axes`.
+struct View {
+  const AnyArray* a;
+  int64_t base_off = 0;
+  std::vector<int64_t> sizes, strides;
+};
+
+View view_of(const AnyArray& a, std::initializer_list<int> axes, int64_t base_off = 0) {
+  View v{&a, base_off, {}, {}};
+  for (int ax : axes) {
+    v.sizes.push_back(static_cast<int64_t>(a.shape(ax)));
+    v.strides.push_back(a.stride(ax));
+  }
+  return v;
+}
+
+/// Gathers a strided view into a dense row-major float32 vector.
+std::vector<float> gather_f32(const View& v) {
+  int64_t n = 1;
+  for (int64_t s : v.sizes) n *= s;
+  std::vector<float> out(static_cast<size_t>(n));
+  if (n == 0) return out;
+  const char* base = static_cast<const char*>(v.a->data());
+  const auto dt = v.a->dtype();
+  const size_t nd = v.sizes.size();
+  std::vector<int64_t> idx(nd, 0);
+  int64_t off = v.base_off;
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = load_f32(base, dt, off);
+    for (size_t d = nd; d-- > 0;) {  // odometer increment, last dim fastest
+      off += v.strides[d];
+      if (++idx[d] < v.sizes[d]) break;
+      off -= v.strides[d] * v.sizes[d];
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+/// Scatters a dense row-major float32 buffer into a strided array (all of its dims).
+void scatter_f32(const float* src, const AnyArray& a) {
+  const size_t nd = a.ndim();
+  int64_t n = 1;
+  for (size_t d = 0; d < nd; ++d) n *= static_cast<int64_t>(a.shape(d));
+  char* base = static_cast<char*>(a.data());
+  const auto dt = a.dtype();
+  std::vector<int64_t> idx(nd, 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    store_f32(base, dt, off, src[i]);
+    for (size_t d = nd; d-- > 0;) {
+      off += a.stride(d);
+      if (++idx[d] < static_cast<int64_t>(a.shape(d))) break;
+      off -= a.stride(d) * static_cast<int64_t>(a.shape(d));
+      idx[d] = 0;
+    }
+  }
+}
+
+void check_out(const ExpectedShape& e, const AnyArray& q, const AnyArray& out) {
+  check_same_device(out, "out", q);
+  if (out.dtype() != q.dtype())
+    type_fail("out: expected the dtype of q (" + dtype_str(q.dtype()) + "), got " +
+              dtype_str(out.dtype()));
+  check_ndim(out, "out", 3, "[num_queries, num_qo_heads, head_dim]");
+  check_dim(out, "out", 0, e.num_queries, "num_queries", "the plan");
+  check_dim(out, "out", 1, e.num_qo_heads, "num_qo_heads", "the plan");
+  check_dim(out, "out", 2, e.head_dim, "head_dim", "the plan");
+}
+
+void check_lse(const ExpectedShape& e, const AnyArray& q, const AnyArray& lse) {
+  check_same_device(lse, "lse", q);
+  if (lse.dtype() != nb::dtype<float>())
+    type_fail("lse: expected float32, got " + dtype_str(lse.dtype()));
+  check_ndim(lse, "lse", 2, "[num_queries, num_qo_heads]");
+  check_dim(lse, "lse", 0, e.num_queries, "num_queries", "the plan");
+  check_dim(lse, "lse", 1, e.num_qo_heads, "num_qo_heads", "the plan");
+}
+
+ExpectedShape expected_from_plan(const PyPlan& p) {
+  ExpectedShape e;
+  e.num_queries = p.plan.shape.num_queries;
+  e.num_qo_heads = p.plan.shape.num_qo_heads;
+  e.num_kv_heads = p.plan.shape.num_kv_heads;
+  e.head_dim = p.plan.shape.head_dim;
+  e.page_size = p.plan.shape.page_size;
+  e.max_page_id = p.max_page_id;
+  return e;
+}
+
+// ---- CPU path: gather to float32, run the plan executor, scatter into out/lse.
+void decode_cpu(const PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray* v,
+                const AnyArray& out, const AnyArray* lse, float sm_scale) {
+  const bool combined = v == nullptr;
+  const int64_t vbase = combined ? k.stride(1) : 0;
+  std::vector<float> hq = gather_f32(view_of(q, {0, 1, 2}));
+  std::vector<float> hk = combined ? gather_f32(view_of(k, {0, 2, 3, 4}))
+                                   : gather_f32(view_of(k, {0, 1, 2, 3}));
+  std::vector<float> hv = combined ? gather_f32(view_of(k, {0, 2, 3, 4}, vbase))
+                                   : gather_f32(view_of(*v, {0, 1, 2, 3}));
+  const PlanShape& s = p.plan.shape;
+  std::vector<float> ho(static_cast<size_t>(s.num_queries) * s.num_qo_heads * s.head_dim);
+  std::vector<float> hl(lse ? static_cast<size_t>(s.num_queries) * s.num_qo_heads : 0);
+  HostAttentionInputs in;
+  in.num_qo_heads = s.num_qo_heads;
+  in.num_kv_heads = s.num_kv_heads;
+  in.head_dim = s.head_dim;
+  in.sm_scale = sm_scale;
+  in.q = hq.data();
+  in.k = hk.data();
+  in.v = hv.data();
+  {
+    nb::gil_scoped_release release;
+    execute_plan_cpu(p.plan, in, ho.data(), lse ? hl.data() : nullptr);
+  }
+  scatter_f32(ho.data(), out);
+  if (lse) scatter_f32(hl.data(), *lse);
+}
+
+#if TREEATTN_PY_WITH_CUDA
+void check_cuda_strides(const AnyArray& a, const char* name, std::initializer_list<int> axes) {
+  const int last = static_cast<int>(a.ndim()) - 1;
+  TA_CHECK_ARG(a.stride(last) == 1, name, "head_dim must be contiguous (stride 1), got stride ",
+               a.stride(last));
+  for (int ax : axes)
+    TA_CHECK_ARG(a.shape(ax) == 1 || a.stride(ax) % 8 == 0, name, "stride of dim ", ax, " is ",
+                 a.stride(ax), " elements; the kernels need multiples of 8 (16-byte loads)");
+  TA_CHECK_ARG(reinterpret_cast<uintptr_t>(a.data()) % 16 == 0, name,
+               "data pointer must be 16-byte aligned");
+}
+
+struct CudaDeviceGuard {
+  int prev = -1;
+  explicit CudaDeviceGuard(int device) {
+    int cur = 0;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != device && cudaSetDevice(device) == cudaSuccess)
+      prev = cur;
+  }
+  ~CudaDeviceGuard() {
+    if (prev >= 0) cudaSetDevice(prev);
+  }
+};
+
+void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray* v,
+                 const AnyArray& out, const AnyArray* lse, float sm_scale, uintptr_t stream) {
+  if (!is_half_dtype(q.dtype()))
+    type_fail("q: CUDA decode expects float16 or bfloat16, got " + dtype_str(q.dtype()));
+  const bool combined = v == nullptr;
+  check_cuda_strides(q, "q", {0, 1});
+  check_cuda_strides(out, "out", {0, 1});
+  if (combined) {
+    check_cuda_strides(k, "k_cache", {0, 1, 2, 3});
+  } else {
+    check_cuda_strides(k, "k_cache", {0, 1, 2});
+    check_cuda_strides(*v, "v_cache", {0, 1, 2});
+    for (int d = 0; d < 3; ++d)
+      TA_CHECK_ARG(v->stride(d) == k.stride(d) || v->shape(d) == 1, "v_cache",
+                   "strides must equal k_cache's (dim ", d, ": ", v->stride(d), " vs ",
+                   k.stride(d), ")");
+  }
+  if (lse) {
+    TA_CHECK_ARG((lse->shape(1) == 1 || lse->stride(1) == 1) &&
+                     (lse->shape(0) == 1 || lse->stride(0) == static_cast<int64_t>(lse->shape(1))),
+                 "lse", "must be contiguous [num_queries, num_qo_heads]");
+  }
+  const int device = q.device_id();
+  if (p.workspace != nullptr) {
+    TA_CHECK_ARG(p.device_id == device, "q", "is on cuda:", device, " but the plan's workspace is "
+                 "on cuda:", p.device_id, " (make one plan per device)");
+  } else {
+    p.to_device(device, stream);
+  }
+  DecodeArgs a;
+  a.dtype = q.dtype().code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat)
+                ? DType::kBFloat16
+                : DType::kFloat16;
+  a.q = q.data();
+  a.q_stride_query = q.stride(0);
+  a.q_stride_head = q.stride(1);
+  a.k = k.data();
+  const int o = combined ? 1 : 0;  // skip the K/V axis of the combined layout
+  a.v = combined ? static_cast<const void*>(static_cast<const char*>(k.data()) + k.stride(1) * 2)
+                 : v->data();
+  a.page_stride = k.stride(0);
+  a.slot_stride = k.stride(1 + o);
+  a.head_stride = k.stride(2 + o);
+  a.out = out.data();
+  a.o_stride_query = out.stride(0);
+  a.o_stride_head = out.stride(1);
+  a.lse = lse ? static_cast<float*>(lse->data()) : nullptr;
+  a.sm_scale = sm_scale;
+  CudaDeviceGuard guard(device);
+  const Status st = run_decode(p.layout, p.workspace, a, reinterpret_cast<cudaStream_t>(stream));
+  if (st == Status::kOk) return;
+  const std::string msg = std::string("treeattn decode: ") + status_string(st) + ": " +
+                          last_cuda_error();
+  if (st == Status::kInvalidArgument) throw std::invalid_argument(msg);
+  throw std::runtime_error(msg);
+}
+#endif
+
+void decode(PyPlan& p, const AnyArray& q, const AnyArray& k, std::optional<AnyArray> v,
+            const AnyArray& out, std::optional<AnyArray> lse, uintptr_t stream, float sm_scale) {
+  const ExpectedShape e = expected_from_plan(p);
+  const AnyArray* vp = v ? &*v : nullptr;
+  const AnyArray* lp = lse ? &*lse : nullptr;
+  check_qkv(e, q, k, vp);
+  check_out(e, q, out);
+  if (lp) check_lse(e, q, *lp);
+  TA_CHECK_ARG(std::isfinite(sm_scale) && sm_scale >= 0.f, "sm_scale",
+               "must be finite and >= 0 (0 = 1/sqrt(head_dim)), got ", sm_scale);
+  if (q.device_type() == kDlCpu) {
+    decode_cpu(p, q, k, vp, out, lp, sm_scale);
+    return;
+  }
+#if TREEATTN_PY_WITH_CUDA
+  decode_cuda(p, q, k, vp, out, lp, sm_scale, stream);
+#else
+  (void)stream;
+  throw std::runtime_error(
+      "treeattn was built without CUDA (nvcc not found at build time): CUDA tensors cannot be "
+      "decoded; pass numpy / CPU arrays for the CPU executor");
+#endif
+}
+
+void reference(const PrefixTree& tree, const AnyArray& q, const AnyArray& k,
+               std::optional<AnyArray> v, const std::vector<int32_t>& queries,
+               const AnyArray& out, const AnyArray& lse, float sm_scale) {
+  if (q.device_type() != kDlCpu) type_fail("q: reference() needs CPU arrays");
+  TA_CHECK_ARG(q.ndim() == 3, "q", "expected 3 dims [num_queries, num_qo_heads, head_dim], got ",
+               shape_str(q));
+  ExpectedShape e;
+  e.num_queries = tree.num_queries();
+  e.num_qo_heads = static_cast<int64_t>(q.shape(1));
+  e.head_dim = static_cast<int64_t>(q.shape(2));
+  e.page_size = tree.page_size;
+  const bool combined = !v.has_value();
+  e.num_kv_heads = static_cast<int64_t>(k.ndim() >= (combined ? 4u : 3u) ? k.shape(combined ? 3 : 2) : 0);
+  for (const TreeNode& n : tree.nodes)
+    if (n.alive)
+      for (int32_t pg : n.pages) e.max_page_id = std::max<int64_t>(e.max_page_id, pg);
+  check_qkv(e, q, k, v ? &*v : nullptr);
+  TA_CHECK_ARG(e.num_kv_heads >= 1 && e.num_qo_heads % e.num_kv_heads == 0, "k_cache",
+               "num_qo_heads ", e.num_qo_heads, " is not a multiple of num_kv_heads ",
+               e.num_kv_heads);
+  for (int32_t qi : queries)
+    TA_CHECK_ARG(qi >= 0 && qi < e.num_queries, "queries", "index ", qi, " out of range [0, ",
+                 e.num_queries, ")");
+  if (out.device_type() != kDlCpu || out.dtype() != nb::dtype<double>() || out.ndim() != 3)
+    type_fail("out: expected a CPU float64 array [num_queries, num_qo_heads, head_dim]");
+  if (lse.device_type() != kDlCpu || lse.dtype() != nb::dtype<double>() || lse.ndim() != 2)
+    type_fail("lse: expected a CPU float64 array [num_queries, num_qo_heads]");
+  check_dim(out, "out", 0, e.num_queries, "num_queries", "the tree");
+  check_dim(out, "out", 1, e.num_qo_heads, "num_qo_heads", "q");
+  check_dim(out, "out", 2, e.head_dim, "head_dim", "q");
+  check_dim(lse, "lse", 0, e.num_queries, "num_queries", "the tree");
+  check_dim(lse, "lse", 1, e.num_qo_heads, "num_qo_heads", "q");
+  std::vector<float> hq = gather_f32(view_of(q, {0, 1, 2}));
+  std::vector<float> hk = combined ? gather_f32(view_of(k, {0, 2, 3, 4}))
+                                   : gather_f32(view_of(k, {0, 1, 2, 3}));
+  std::vector<float> hv = combined ? gather_f32(view_of(k, {0, 2, 3, 4}, k.stride(1)))
+                                   : gather_f32(view_of(*v, {0, 1, 2, 3}));
+  std::vector<double> ho(out.size()), hl(lse.size());
+  HostAttentionInputs in;
+  in.num_qo_heads = static_cast<int32_t>(e.num_qo_heads);
+  in.num_kv_heads = static_cast<int32_t>(e.num_kv_heads);
+  in.head_dim = static_cast<int32_t>(e.head_dim);
+  in.sm_scale = sm_scale;
+  in.q = hq.data();
+  in.k = hk.data();
+  in.v = hv.data();
+  {
+    nb::gil_scoped_release release;
+    reference_attention(tree, in, queries, ho.data(), hl.data());
+  }
+  // Only sampled rows are written by the oracle; copy every row (unsampled ones stay as given).
+  const std::vector<int32_t>* rows = &queries;
+  std::vector<int32_t> all;
+  if (queries.empty()) {
+    all.resize(static_cast<size_t>(e.num_queries));
+    for (int32_t i = 0; i < e.num_queries; ++i) all[i] = i;
+    rows = &all;
+  }
+  double* po = static_cast<double*>(out.data());
+  double* pl = static_cast<double*>(lse.data());
+  const int64_t H = e.num_qo_heads, D = e.head_dim;
+  for (int32_t qi : *rows)
+    for (int64_t h = 0; h < H; ++h) {
+      pl[qi * lse.stride(0) + h * lse.stride(1)] = hl[(qi * H + h)];
+      for (int64_t d = 0; d < D; ++d)
+        po[qi * out.stride(0) + h * out.stride(1) + d * out.stride(2)] = ho[(qi * H + h) * D + d];
+    }
+}
+
+}  // namespace
+
+void check_qkv(const ExpectedShape& e, const AnyArray& q, const AnyArray& k, const AnyArray* v) {
+  const int dev = q.device_type();
+  if (dev != kDlCpu && dev != kDlCuda)
+    type_fail("q: expected a CPU or CUDA array, got DLPack device type " + std::to_string(dev));
+  check_float(q, "q");
+  check_ndim(q, "q", 3, "[num_queries, num_qo_heads, head_dim]");
+  check_dim(q, "q", 0, e.num_queries, "num_queries", "the plan");
+  check_dim(q, "q", 1, e.num_qo_heads, "num_qo_heads", "the plan");
+  check_dim(q, "q", 2, e.head_dim, "head_dim", "the plan");
+
+  const bool combined = v == nullptr;
+  check_same_device(k, "k_cache", q);
+  check_float(k, "k_cache");
+  if (dev == kDlCuda && k.dtype() != q.dtype())
+    type_fail("k_cache: expected the dtype of q (" + dtype_str(q.dtype()) + "), got " +
+              dtype_str(k.dtype()));
+  if (combined) {
+    TA_CHECK_ARG(k.ndim() == 5, "k_cache",
+                 "with v_cache=None expected the combined layout, 5 dims [num_pages, 2, "
+                 "page_size, num_kv_heads, head_dim], got ",
+                 shape_str(k));
+    check_dim(k, "k_cache", 1, 2, "K/V", "combined layout");
+  } else {
+    check_ndim(k, "k_cache", 4, "[num_pages, page_size, num_kv_heads, head_dim]");
+  }
+  const size_t o = combined ? 1 : 0;
+  check_dim(k, "k_cache", 1 + o, e.page_size, "page_size", "the plan's tree");
+  check_dim(k, "k_cache", 2 + o, e.num_kv_heads, "num_kv_heads", "the plan");
+  check_dim(k, "k_cache", 3 + o, e.head_dim, "head_dim", "the plan");
+  TA_CHECK_ARG(static_cast<int64_t>(k.shape(0)) > e.max_page_id, "k_cache", "has ", k.shape(0),
+               " pages but the tree reads page id ", e.max_page_id,
+               " (num_pages must be > the largest page id)");
+  if (!combined) {
+    check_same_device(*v, "v_cache", q);
+    if (v->dtype() != k.dtype())
+      type_fail("v_cache: expected the dtype of k_cache (" + dtype_str(k.dtype()) + "), got " +
+                dtype_str(v->dtype()));
+    TA_CHECK_ARG(v->ndim() == 4, "v_cache",
+                 "expected 4 dims [num_pages, page_size, num_kv_heads, head_dim], got ",
+                 shape_str(*v));
+    for (size_t d = 0; d < 4; ++d)
+      TA_CHECK_ARG(v->shape(d) == k.shape(d), "v_cache", "shape ", shape_str(*v),
+                   " must equal k_cache's ", shape_str(k));
+  }
+}
+
+void register_decode(nb::module_& m) {
+  m.def("decode", &decode, nb::arg("plan"), nb::arg("q").noconvert(),
+        nb::arg("k_cache").noconvert(), nb::arg("v_cache").noconvert().none(),
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert().none(), nb::arg("stream"),
+        nb::arg("sm_scale"),
+        "Low-level decode: every tensor given (out/lse preallocated), stream as an integer "
+        "handle. Use treeattn.decode().");
+  m.def("reference", &reference, nb::arg("tree"), nb::arg("q").noconvert(),
+        nb::arg("k_cache").noconvert(), nb::arg("v_cache").noconvert().none(),
+        nb::arg("queries"), nb::arg("out").noconvert(), nb::arg("lse").noconvert(),
+        nb::arg("sm_scale"),
+        "Low-level float64 oracle into preallocated float64 out/lse. Use treeattn.reference().");
+#if TREEATTN_PY_WITH_CUDA
+  m.attr("with_cuda") = true;
+#else
+  m.attr("with_cuda") = false;
+#endif
+}
+
+}  // namespace treeattn::py

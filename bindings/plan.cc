@@ -1,0 +1,247 @@
+// Bindings of the plan side: the Python-visible Plan (host plan + its tree + lazily allocated
+// device workspace), its statistics and layout, and the device upload (to_device / update).
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "common.h"
+#include "treeattn/common/error.h"
+#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/planner.h"
+
+#if TREEATTN_PY_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace treeattn::py {
+namespace {
+
+int32_t max_page(const Plan& plan) {
+  int32_t m = -1;
+  for (int32_t p : plan.page_ids) m = std::max(m, p);
+  return m;
+}
+
+#if TREEATTN_PY_WITH_CUDA
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("treeattn: ") + what + ": " + cudaGetErrorString(e));
+}
+
+/// Makes `device` current for the scope (no-op when it already is).
+struct DeviceGuard {
+  int prev = -1;
+  explicit DeviceGuard(int device) {
+    cuda_check(cudaGetDevice(&prev), "cudaGetDevice");
+    if (prev != device)
+      cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    else
+      prev = -1;
+  }
+  ~DeviceGuard() {
+    if (prev >= 0) cudaSetDevice(prev);
+  }
+};
+#endif
+
+void upload(PyPlan& p, const Plan& plan, uintptr_t stream) {
+  p.host_metadata.assign(static_cast<size_t>(p.layout.metadata_bytes), 0);
+  pack_plan(plan, p.layout, p.host_metadata.data());
+#if TREEATTN_PY_WITH_CUDA
+  DeviceGuard guard(p.device_id);
+  // Pageable source: the call returns once the bytes are staged, so host_metadata may be reused.
+  cuda_check(cudaMemcpyAsync(p.workspace, p.host_metadata.data(),
+                             static_cast<size_t>(p.layout.metadata_bytes), cudaMemcpyHostToDevice,
+                             reinterpret_cast<cudaStream_t>(stream)),
+             "plan metadata upload (cudaMemcpyAsync; not allowed during CUDA-graph capture: call "
+             "plan.to_device() before capturing)");
+#else
+  (void)stream;
+#endif
+}
+
+nb::dict stats_dict(const PyPlan& p, const DeviceInfo& dev) {
+  const PlanStats s = plan_stats(p.tree, p.plan, dev);
+  nb::dict d;
+  d["items"] = s.items;
+  d["ctas"] = s.ctas;
+  d["launches"] = s.launches;
+  d["kv_bytes_read"] = s.kv_bytes_read;
+  d["unique_kv_bytes"] = s.unique_kv_bytes;
+  d["redundant_kv_bytes"] = s.redundant_kv_bytes;
+  d["partial_bytes"] = s.partial_bytes;
+  d["qo_bytes"] = s.qo_bytes;
+  d["padding_fraction"] = s.padding_fraction;
+  d["flops"] = s.flops;
+  d["est_time_us"] = s.est_time_us;
+  return d;
+}
+
+nb::dict layout_dict(const PlanLayout& L) {
+  nb::dict d;
+  d["class_items"] = std::vector<int64_t>(L.class_items, L.class_items + kNumTileClasses);
+  d["items"] = L.items;
+  d["rows"] = L.rows;
+  d["ranges"] = L.ranges;
+  d["page_ids"] = L.page_ids;
+  d["masks"] = L.masks;
+  d["slots"] = L.slots;
+  d["queries"] = L.queries;
+  d["metadata_bytes"] = L.metadata_bytes;
+  d["total_bytes"] = L.total_bytes;
+  return d;
+}
+
+DeviceInfo device_from(nb::handle h) {
+  if (nb::isinstance<nb::str>(h)) return device_preset(nb::cast<std::string>(h));
+  if (nb::isinstance<DeviceInfo>(h)) return nb::cast<DeviceInfo>(h);
+  throw nb::type_error("device: expected a preset name ('a100', 'h100', 'h200') or a DeviceInfo");
+}
+
+}  // namespace
+
+PyPlan::PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
+               int32_t num_kv_heads, int32_t head_dim, int32_t dtype_bytes,
+               const DeviceInfo& device, double headroom_)
+    : tree(t), headroom(headroom_) {
+  TA_CHECK_ARG(dtype_bytes == 2 || dtype_bytes == 4, "dtype_bytes", "expected 2 or 4, got ",
+               dtype_bytes);
+  PlanOptions o;
+  o.planner = planner;
+  o.num_qo_heads = num_qo_heads;
+  o.num_kv_heads = num_kv_heads;
+  o.head_dim = head_dim;
+  o.dtype_bytes = dtype_bytes;
+  o.device = device;
+  plan = make_plan(tree, o);
+  layout = plan_layout(plan, headroom);
+  max_page_id = max_page(plan);
+}
+
+PyPlan::~PyPlan() { release_device(); }
+
+void PyPlan::release_device() {
+#if TREEATTN_PY_WITH_CUDA
+  if (workspace != nullptr) cudaFree(workspace);  // errors at interpreter exit are ignored
+#endif
+  workspace = nullptr;
+  device_id = -1;
+}
+
+void PyPlan::to_device(int32_t device, uintptr_t stream) {
+#if TREEATTN_PY_WITH_CUDA
+  if (workspace != nullptr) {
+    TA_CHECK_ARG(device == device_id, "device", "plan workspace lives on cuda:", device_id,
+                 ", asked for cuda:", device, " (make one plan per device)");
+    return;
+  }
+  TA_CHECK_ARG(device >= 0, "device", "expected a CUDA device index >= 0, got ", device);
+  {
+    DeviceGuard guard(device);
+    cuda_check(cudaMalloc(&workspace, static_cast<size_t>(std::max<int64_t>(layout.total_bytes, 256))),
+               "cudaMalloc of the plan workspace");
+  }
+  device_id = device;
+  upload(*this, plan, stream);
+#else
+  (void)device;
+  (void)stream;
+  throw std::runtime_error("treeattn was built without CUDA (nvcc not found at build time)");
+#endif
+}
+
+bool PyPlan::fits(const PyPlan& other) const {
+  const PlanShape &a = plan.shape, &b = other.plan.shape;
+  if (a.num_qo_heads != b.num_qo_heads || a.num_kv_heads != b.num_kv_heads ||
+      a.head_dim != b.head_dim || a.page_size != b.page_size)
+    return false;
+  const PlanLayout n = plan_layout(other.plan, 1.0);
+  for (int c = 0; c < kNumTileClasses; ++c)
+    if (n.class_items[c] > layout.class_items[c]) return false;
+  return n.items <= layout.items && n.rows <= layout.rows && n.ranges <= layout.ranges &&
+         n.page_ids <= layout.page_ids && n.masks <= layout.masks && n.slots <= layout.slots &&
+         n.queries <= layout.queries;
+}
+
+void PyPlan::update(const PyPlan& other, uintptr_t stream) {
+  if (&other == this) return;
+  if (workspace != nullptr) {
+    TA_CHECK_ARG(fits(other), "plan",
+                 "the new plan does not fit this plan's device layout (different heads/head_dim/"
+                 "page_size, or more items/rows/ranges/pages/slots/queries than its capacity); "
+                 "make the first plan with a larger headroom");
+    upload(*this, other.plan, stream);
+  } else {
+    layout = plan_layout(other.plan, headroom);
+  }
+  plan = other.plan;
+  tree = other.tree;
+  max_page_id = other.max_page_id;
+}
+
+void register_plan(nb::module_& m) {
+  nb::class_<PyPlan>(m, "Plan", nb::is_weak_referenceable(),
+                     "A host plan (work items over the tree's KV) plus, once used on a GPU, its "
+                     "device workspace. Made by treeattn.plan(); reused across layers.")
+      .def(nb::init<const PrefixTree&, const std::string&, int32_t, int32_t, int32_t, int32_t,
+                    const DeviceInfo&, double>(),
+           nb::arg("tree"), nb::arg("planner"), nb::arg("num_qo_heads"), nb::arg("num_kv_heads"),
+           nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("device_info"),
+           nb::arg("headroom"))
+      .def_prop_ro("planner", [](const PyPlan& p) { return p.plan.planner; })
+      .def_prop_ro("version", [](const PyPlan& p) { return p.plan.version; })
+      .def_prop_ro("num_queries", [](const PyPlan& p) { return p.plan.shape.num_queries; })
+      .def_prop_ro("num_qo_heads", [](const PyPlan& p) { return p.plan.shape.num_qo_heads; })
+      .def_prop_ro("num_kv_heads", [](const PyPlan& p) { return p.plan.shape.num_kv_heads; })
+      .def_prop_ro("head_dim", [](const PyPlan& p) { return p.plan.shape.head_dim; })
+      .def_prop_ro("page_size", [](const PyPlan& p) { return p.plan.shape.page_size; })
+      .def_prop_ro("num_items", [](const PyPlan& p) { return p.plan.items.size(); })
+      .def_prop_ro("num_rows", [](const PyPlan& p) { return p.plan.rows.size(); })
+      .def_prop_ro("num_ranges", [](const PyPlan& p) { return p.plan.ranges.size(); })
+      .def_prop_ro("num_slots", [](const PyPlan& p) { return p.plan.num_slots; })
+      .def_prop_ro("class_items",
+                   [](const PyPlan& p) {
+                     std::vector<int32_t> v(kNumTileClasses);
+                     for (int c = 0; c < kNumTileClasses; ++c)
+                       v[c] = p.plan.class_begin[c + 1] - p.plan.class_begin[c];
+                     return v;
+                   },
+                   "Items per tile class (M16, M64, M128).")
+      .def_prop_ro("max_page_id", [](const PyPlan& p) { return p.max_page_id; },
+                   "Largest page id the plan reads; caches need num_pages > max_page_id.")
+      .def_prop_ro("headroom", [](const PyPlan& p) { return p.headroom; })
+      .def_prop_ro("workspace_bytes", [](const PyPlan& p) { return p.layout.total_bytes; },
+                   "Device workspace size (metadata + fp32 partials), headroom included.")
+      .def_prop_ro("device_index",
+                   [](const PyPlan& p) -> nb::object {
+                     return p.workspace ? nb::object(nb::int_(p.device_id)) : nb::object(nb::none());
+                   },
+                   "CUDA device holding the workspace, or None before first GPU use.")
+      .def_prop_ro("tree", [](const PyPlan& p) { return p.tree; }, "A copy of the planned tree.")
+      .def("layout", [](const PyPlan& p) { return layout_dict(p.layout); },
+           "Capacities and sizes of the device layout.")
+      .def(
+          "stats",
+          [](const PyPlan& p, nb::handle device) { return stats_dict(p, device_from(device)); },
+          nb::arg("device") = "h200",
+          "Plan statistics (bytes read, redundant bytes, partials, padding, estimated time on "
+          "`device`, a preset name or DeviceInfo) as a dict.")
+      .def(
+          "check",
+          [](const PyPlan& p) {
+            validate_plan(p.plan);
+            check_coverage(p.tree, p.plan);
+          },
+          "Raises RuntimeError unless every (query, KV token) pair is covered exactly once.")
+      .def("fits", &PyPlan::fits, nb::arg("other"),
+           "Whether `other` fits this plan's device layout (update() would succeed).")
+      .def("_to_device", &PyPlan::to_device, nb::arg("device"), nb::arg("stream"))
+      .def("_update", &PyPlan::update, nb::arg("other"), nb::arg("stream"))
+      .def("release_device", &PyPlan::release_device,
+           "Frees the device workspace now (the next GPU decode allocates it again). Make sure "
+           "no kernel using it is still running.");
+}
+
+}  // namespace treeattn::py

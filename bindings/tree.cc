@@ -1,0 +1,258 @@
+// Bindings of the tree side: PrefixTree (builders, updates, derived views, JSON), the embedded
+// workload sets, DeviceInfo presets and the planner names.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "common.h"
+#include "treeattn/common/error.h"
+#include "treeattn/plan/planner.h"
+#include "treeattn/tree/builders.h"
+#include "treeattn/tree/workloads.h"
+
+namespace treeattn::py {
+namespace {
+
+PageLayout parse_layout(const std::string& s) {
+  if (s == "contiguous") return PageLayout::kContiguous;
+  if (s == "shuffled") return PageLayout::kShuffled;
+  throw std::invalid_argument("layout: expected 'contiguous' or 'shuffled', got '" + s + "'");
+}
+
+/// Reads an integer 1-D or 2-D CPU array element as int64 (int32 / int64 / uint32 accepted).
+int64_t int_at(const AnyArray& a, int64_t offset_elems) {
+  const auto dt = a.dtype();
+  const char* p = static_cast<const char*>(a.data()) + offset_elems * a.itemsize();
+  if (dt == nb::dtype<int32_t>()) return *reinterpret_cast<const int32_t*>(p);
+  if (dt == nb::dtype<int64_t>()) return *reinterpret_cast<const int64_t*>(p);
+  if (dt == nb::dtype<uint32_t>()) return *reinterpret_cast<const uint32_t*>(p);
+  return *reinterpret_cast<const int64_t*>(p);  // unreachable: dtype checked by caller
+}
+
+void check_int_array(const AnyArray& a, const char* name, size_t ndim) {
+  if (a.device_type() != kDlCpu)
+    throw nb::type_error(
+        (std::string(name) + ": expected a CPU array (call .cpu() first)").c_str());
+  const auto dt = a.dtype();
+  if (!(dt == nb::dtype<int32_t>() || dt == nb::dtype<int64_t>() || dt == nb::dtype<uint32_t>()))
+    throw nb::type_error(
+        (std::string(name) + ": expected int32 or int64, got " + dtype_str(dt)).c_str());
+  TA_CHECK_ARG(a.ndim() == ndim, name, "expected ", ndim, " dims, got ", shape_str(a));
+}
+
+/// block_tables as a 2-D integer array (rows may be padded past ceil(seq_len / page_size)).
+PrefixTree from_block_tables_array(const AnyArray& bt, const AnyArray& lens, int32_t page_size,
+                                   int32_t num_pages) {
+  check_int_array(bt, "block_tables", 2);
+  check_int_array(lens, "seq_lens", 1);
+  TA_CHECK_ARG(lens.shape(0) == bt.shape(0), "seq_lens", "expected ", bt.shape(0),
+               " entries (one per block_tables row), got ", lens.shape(0));
+  TA_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got ", page_size);
+  const int64_t rows = static_cast<int64_t>(bt.shape(0)), cols = static_cast<int64_t>(bt.shape(1));
+  std::vector<std::vector<int32_t>> tables(rows);
+  std::vector<int64_t> seq_lens(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    seq_lens[r] = int_at(lens, r * lens.stride(0));
+    TA_CHECK_ARG(seq_lens[r] >= 0, "seq_lens", "entry ", r, " is negative: ", seq_lens[r]);
+    const int64_t need = (seq_lens[r] + page_size - 1) / page_size;
+    TA_CHECK_ARG(need <= cols, "block_tables", "row ", r, " has ", cols, " pages, seq_lens[", r,
+                 "] = ", seq_lens[r], " needs ", need);
+    tables[r].resize(need);
+    for (int64_t c = 0; c < need; ++c) {
+      const int64_t id = int_at(bt, r * bt.stride(0) + c * bt.stride(1));
+      TA_CHECK_ARG(id >= 0 && id <= INT32_MAX, "block_tables", "page id ", id, " at [", r, ", ",
+                   c, "] out of range");
+      tables[r][c] = static_cast<int32_t>(id);
+    }
+  }
+  return tree_from_block_tables(tables, seq_lens, page_size, num_pages);
+}
+
+nb::dict node_dict(const PrefixTree& t, int32_t i) {
+  TA_CHECK_ARG(i >= 0 && i < static_cast<int32_t>(t.nodes.size()), "node", "index ", i,
+               " out of range [0, ", t.nodes.size(), ")");
+  const TreeNode& n = t.nodes[i];
+  nb::dict d;
+  d["id"] = n.id;
+  d["parent"] = n.parent == kNoParent ? nb::object(nb::none()) : nb::object(nb::int_(n.parent));
+  d["tokens"] = n.tokens;
+  d["page_offset"] = n.page_offset;
+  d["pages"] = n.pages;
+  d["alive"] = n.alive;
+  return d;
+}
+
+nb::dict workload_dict(const Workload& w, size_t index) {
+  nb::dict d;
+  d["key"] = w.set + ":" + std::to_string(index);
+  d["set"] = w.set;
+  d["name"] = w.name;
+  d["num_qo_heads"] = w.spec.shape.num_qo_heads;
+  d["num_kv_heads"] = w.spec.shape.num_kv_heads;
+  d["head_dim"] = w.spec.shape.head_dim;
+  d["page_size"] = w.spec.page_size;
+  d["dtype"] = w.spec.dtype;
+  d["generated"] = w.generated;
+  return d;
+}
+
+}  // namespace
+
+void register_tree(nb::module_& m) {
+  nb::class_<PrefixTree>(m, "PrefixTree",
+                         "A forest of nodes over paged KV plus the decode queries attached to "
+                         "them. Query q attends every token on the path root -> its node; it is "
+                         "row q of decode()'s q tensor. Build it with a from_* method.")
+      .def_static("from_block_tables", &from_block_tables_array, nb::arg("block_tables"),
+                  nb::arg("seq_lens"), nb::arg("page_size") = 16, nb::arg("num_pages") = 0,
+                  "Radix tree on common leading page ids (vLLM layout). block_tables: 2-D int "
+                  "array [requests, max_pages] (rows may be padded); seq_lens: [requests]. One "
+                  "query per request, in order. num_pages = 0 means max page id + 1.")
+      .def_static("from_block_tables", &tree_from_block_tables, nb::arg("block_tables"),
+                  nb::arg("seq_lens"), nb::arg("page_size") = 16, nb::arg("num_pages") = 0,
+                  "Same, from lists: block_tables[r] holds at least ceil(seq_lens[r] / "
+                  "page_size) page ids.")
+      .def_static("from_json", &tree_from_json_file, nb::arg("path"),
+                  "Reads the stable JSON tree format from a file.")
+      .def_static("from_json_str", &tree_from_json, nb::arg("text"),
+                  "Parses the stable JSON tree format from a string.")
+      .def_static(
+          "from_levels",
+          [](const std::string& text, const std::string& layout, uint64_t seed) {
+            return tree_from_levels(parse_levels(text), parse_layout(layout), seed);
+          },
+          nb::arg("levels"), nb::arg("layout") = "contiguous", nb::arg("seed") = 0,
+          "Level spec such as 'N=1,8 C=2048,128 [heads=32/8] [page=16] [dim=128]'; pages "
+          "'contiguous' or 'shuffled' (with seed).")
+      .def_static(
+          "from_workload",
+          [](const std::string& key, const std::string& layout, uint64_t seed) {
+            return build_workload(find_workload(key), parse_layout(layout), seed);
+          },
+          nb::arg("key"), nb::arg("layout") = "contiguous", nb::arg("seed") = 0,
+          "An embedded workload by 'set:index' (e.g. 'fasttree:3') or by its exact name.")
+      .def_static(
+          "random",
+          [](uint64_t seed, int32_t max_nodes, int32_t max_queries, int32_t max_tokens_per_node,
+             int32_t max_roots, int32_t page_size, bool shuffle_pages) {
+            RandomTreeOptions o;
+            o.max_nodes = max_nodes;
+            o.max_queries = max_queries;
+            o.max_tokens_per_node = max_tokens_per_node;
+            o.max_roots = max_roots;
+            o.page_size = page_size;
+            o.shuffle_pages = shuffle_pages;
+            return random_tree(seed, o);
+          },
+          nb::arg("seed"), nb::arg("max_nodes") = 64, nb::arg("max_queries") = 64,
+          nb::arg("max_tokens_per_node") = 300, nb::arg("max_roots") = 3,
+          nb::arg("page_size") = 16, nb::arg("shuffle_pages") = true,
+          "A random tree for tests (deep chains, wide fan-out, one-token nodes, many roots).")
+      .def("to_json", &tree_to_json, "The stable JSON format (round-trips through from_json_str).")
+      .def(
+          "to_block_tables",
+          [](const PrefixTree& t) {
+            std::vector<std::vector<int32_t>> bt;
+            std::vector<int64_t> lens;
+            to_block_tables(t, &bt, &lens);
+            return nb::make_tuple(bt, lens);
+          },
+          "(block_tables, seq_lens): per query, the page ids of its path and its length.")
+      .def("validate", &validate, "Raises ValueError naming the offender if the tree is invalid.")
+      .def("copy", [](const PrefixTree& t) { return PrefixTree(t); })
+      .def("__copy__", [](const PrefixTree& t) { return PrefixTree(t); })
+      .def("__deepcopy__", [](const PrefixTree& t, nb::handle) { return PrefixTree(t); },
+           nb::arg("memo"))
+      .def_prop_ro("num_queries", &PrefixTree::num_queries)
+      .def_prop_ro("num_nodes", [](const PrefixTree& t) { return t.nodes.size(); },
+                   "Node slots, dead ones included (see node()['alive']).")
+      .def_prop_ro("num_live_nodes",
+                   [](const PrefixTree& t) {
+                     return std::count_if(t.nodes.begin(), t.nodes.end(),
+                                          [](const TreeNode& n) { return n.alive; });
+                   })
+      .def_prop_ro("page_size", [](const PrefixTree& t) { return t.page_size; })
+      .def_rw("num_pages", &PrefixTree::num_pages, "Page ids must lie in [0, num_pages).")
+      .def_rw("free_pages", &PrefixTree::free_pages,
+              "Pool the updates take new pages from when none are passed.")
+      .def_prop_ro("query_node", [](const PrefixTree& t) { return t.query_node; },
+                   "Node index of every query.")
+      .def_prop_ro(
+          "shape",
+          [](const PrefixTree& t) {
+            return nb::make_tuple(t.shape.num_qo_heads, t.shape.num_kv_heads, t.shape.head_dim);
+          },
+          "(num_qo_heads, num_kv_heads, head_dim) from JSON or a workload line; 0 = not given.")
+      .def("node", &node_dict, nb::arg("index"),
+           "Node `index` as a dict: id, parent (index or None), tokens, page_offset, pages, "
+           "alive.")
+      .def("query_path", &query_path, nb::arg("query"), "Node indices of a query's path, root "
+                                                        "first.")
+      .def("query_context", &query_context, nb::arg("query"), "KV tokens a query attends.")
+      .def("unique_tokens", &unique_tokens, "Tokens over live nodes some query uses.")
+      .def("append_tokens", &PrefixTree::append_tokens, nb::arg("query"), nb::arg("k") = 1,
+           nb::arg("new_pages") = std::vector<int32_t>{},
+           "Appends k tokens to a query (its leaf grows, or it forks into a new child). New "
+           "pages come from new_pages, else from free_pages.")
+      .def("add_query", &PrefixTree::add_query, nb::arg("node"),
+           "Adds a query on node index `node`; returns its query index.")
+      .def("remove_query", &PrefixTree::remove_query, nb::arg("query"),
+           "Removes a query (later ones shift down) and prunes unused nodes.")
+      .def("fork_query", &PrefixTree::fork_query, nb::arg("query"), nb::arg("n"),
+           "Forks a query into n on the same node; returns the first new query index.")
+      .def("__repr__", [](const PrefixTree& t) {
+        return "PrefixTree(queries=" + std::to_string(t.num_queries()) +
+               ", nodes=" + std::to_string(t.nodes.size()) +
+               ", page_size=" + std::to_string(t.page_size) +
+               ", num_pages=" + std::to_string(t.num_pages) + ")";
+      });
+
+  nb::class_<DeviceInfo>(m, "DeviceInfo",
+                         "What the planners' cost model knows about a GPU (plain values).")
+      .def(nb::init<>())
+      .def_static("preset", &device_preset, nb::arg("name"), "'a100', 'h100' or 'h200'.")
+      .def_rw("name", &DeviceInfo::name)
+      .def_rw("num_sms", &DeviceInfo::num_sms)
+      .def_rw("smem_per_sm_bytes", &DeviceInfo::smem_per_sm_bytes)
+      .def_rw("hbm_read_GBps", &DeviceInfo::hbm_read_GBps)
+      .def_rw("tc_TFLOPs", &DeviceInfo::tc_TFLOPs)
+      .def_rw("mma_efficiency", &DeviceInfo::mma_efficiency)
+      .def_rw("launch_overhead_us", &DeviceInfo::launch_overhead_us)
+      .def_rw("item_overhead_us", &DeviceInfo::item_overhead_us)
+      .def_rw("ctas_per_sm", &DeviceInfo::ctas_per_sm)
+      .def("__repr__", [](const DeviceInfo& d) {
+        return "DeviceInfo(name='" + d.name + "', num_sms=" + std::to_string(d.num_sms) +
+               ", hbm_read_GBps=" + std::to_string(d.hbm_read_GBps) +
+               ", tc_TFLOPs=" + std::to_string(d.tc_TFLOPs) + ")";
+      });
+
+  m.def("planners", &planner_names, "Planner names accepted by plan(), in display order.");
+  m.def("workload_sets", &workload_set_names, "'fasttree', 'pat', 'deft', 'forge'.");
+  m.def(
+      "workloads",
+      [](const std::string& set, bool details) -> nb::list {
+        nb::list out;
+        std::vector<std::string> sets =
+            set == "all" ? workload_set_names() : std::vector<std::string>{set};
+        for (const std::string& s : sets) {
+          const std::vector<Workload> ws = workload_set(s);
+          for (size_t i = 0; i < ws.size(); ++i) {
+            if (details)
+              out.append(workload_dict(ws[i], i));
+            else
+              out.append(ws[i].name);
+          }
+        }
+        return out;
+      },
+      nb::arg("set") = "all", nb::arg("details") = false,
+      "Workload names of a set ('fasttree', 'pat', 'deft', 'forge' or 'all'); with "
+      "details=True, dicts with key ('set:index' for PrefixTree.from_workload), set, name, "
+      "heads, head_dim, page_size, dtype, generated.");
+}
+
+}  // namespace treeattn::py

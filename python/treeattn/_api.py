@@ -1,0 +1,205 @@
+"""treeattn's Python API: plan() (host planning), the Plan object (plan once, run per layer;
+lazily allocated device workspace), decode() (CUDA kernels or the CPU executor, through DLPack)
+and reference() (the float64 oracle)."""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _frameworks as fw
+from . import _treeattn as _ext
+from ._treeattn import DeviceInfo, PrefixTree
+
+_handles = itertools.count(1)
+#: Live plans by handle (torch custom ops take the int handle, not the object).
+_PLANS: "weakref.WeakValueDictionary[int, Plan]" = weakref.WeakValueDictionary()
+
+
+def plan_from_handle(handle: int) -> "Plan":
+    """The live Plan with this handle (used by treeattn.torch_ops)."""
+    try:
+        return _PLANS[handle]
+    except KeyError:
+        raise ValueError(f"plan: no live treeattn.Plan with handle {handle}") from None
+
+
+class Plan(_ext.Plan):
+    """A plan for one decode step: work items over the tree's KV, reused by every layer.
+
+    Made by :func:`treeattn.plan`. The host plan is computed once; the first GPU
+    :func:`treeattn.decode` (or :meth:`to_device`) allocates the device workspace on the tensor's
+    device and uploads the metadata on the stream; later calls only launch kernels, so they can
+    be captured in a CUDA graph once the workspace exists. ``stats()`` gives the plan statistics,
+    ``update(new_plan)`` refreshes the metadata in place (see its docstring).
+    """
+
+    handle: int
+
+    def __init__(self, tree: PrefixTree, planner: str, num_qo_heads: int, num_kv_heads: int,
+                 head_dim: int, dtype_bytes: int, device_info: DeviceInfo,
+                 headroom: float) -> None:
+        super().__init__(tree, planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes,
+                         device_info, headroom)
+        self.handle = next(_handles)
+        _PLANS[self.handle] = self
+
+    def to_device(self, device: Any = None, stream: Any = None) -> "Plan":
+        """Allocates the device workspace and uploads the metadata now (before CUDA-graph capture).
+
+        device: int, 'cuda', 'cuda:N', torch.device or a tensor (default: the current device).
+        stream: int handle or stream object (default: torch's current stream on that device when
+        torch is installed, else 0). Returns self."""
+        idx = fw.device_index(device if device is not None else "cuda")
+        self._to_device(idx, _default_stream(stream, idx))
+        return self
+
+    def update(self, new: "Plan", stream: Any = None) -> "Plan":
+        """Makes this plan run `new` (a plan for a later step, same heads/head_dim/page size).
+
+        Before first GPU use it simply adopts `new`. Once on a device it re-uploads the metadata
+        into the existing workspace (cudaMemcpyAsync on `stream`, ordered after earlier kernels
+        on that stream), so buffers and captured CUDA graphs stay valid. That needs `new` to fit
+        the layout: make the first plan with headroom > 1 (e.g. plan(..., headroom=1.5)) and
+        check with fits(). Raises ValueError naming 'plan' when it does not fit. Do not call it
+        while a graph is being captured (the upload is a host->device copy). Returns self."""
+        if not isinstance(new, _ext.Plan):
+            raise TypeError(f"plan: expected a treeattn.Plan, got {type(new).__name__}")
+        idx = self.device_index
+        self._update(new, _default_stream(stream, idx) if idx is not None else 0)
+        return self
+
+    def __repr__(self) -> str:
+        return (f"Plan(planner={self.planner!r}, queries={self.num_queries}, "
+                f"items={self.num_items}, heads={self.num_qo_heads}/{self.num_kv_heads}, "
+                f"head_dim={self.head_dim}, device_index={self.device_index})")
+
+
+def _default_stream(stream: Any, device: Optional[int]) -> int:
+    if stream is not None:
+        return fw.stream_handle(stream, None)
+    try:
+        import torch
+
+        if device is not None and torch.cuda.is_available():
+            return torch.cuda.current_stream(device).cuda_stream
+    except ImportError:
+        pass
+    return 0
+
+
+def _dtype_bytes(dtype: Any) -> int:
+    name = str(dtype).replace("torch.", "")
+    if name in ("float16", "fp16", "half", "bfloat16", "bf16"):
+        return 2
+    if name in ("float32", "fp32", "float"):
+        return 4
+    raise ValueError(f"dtype: expected float16, bfloat16 or float32, got {dtype!r}")
+
+
+def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
+         num_kv_heads: Optional[int] = None, head_dim: Optional[int] = None,
+         planner: str = "auto", device: Union[str, DeviceInfo] = "h200", *,
+         dtype: Any = "float16", headroom: float = 1.0, reuse: Optional[Plan] = None,
+         stream: Any = None) -> Plan:
+    """Plans one decode step over `tree` on the host.
+
+    Heads and head_dim default to the tree's shape (JSON / workload line), else 32/8/128.
+    planner: one of treeattn.planners() ('auto' by default). device: a preset name ('a100',
+    'h100', 'h200') or a DeviceInfo for the cost model (planning never touches a GPU).
+    dtype: KV element type (cost model only). headroom >= 1 sizes the device layout up so later,
+    larger plans can be update()d into the same workspace. reuse: an earlier Plan to refresh in
+    place (reuse.update(new plan, stream)); it is returned instead of a new object.
+    """
+    if not isinstance(tree, PrefixTree):
+        raise TypeError(f"tree: expected a treeattn.PrefixTree, got {type(tree).__name__}")
+    shape = tree.shape
+    qo = num_qo_heads if num_qo_heads is not None else (shape[0] or 32)
+    kv = num_kv_heads if num_kv_heads is not None else (shape[1] or 8)
+    dim = head_dim if head_dim is not None else (shape[2] or 128)
+    info = DeviceInfo.preset(device) if isinstance(device, str) else device
+    if not isinstance(info, DeviceInfo):
+        raise TypeError(f"device: expected a preset name or DeviceInfo, got {type(device).__name__}")
+    p = Plan(tree, planner, qo, kv, dim, _dtype_bytes(dtype), info, headroom)
+    if reuse is not None:
+        return reuse.update(p, stream)
+    return p
+
+
+def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
+           return_lse: bool = False, *, lse: Any = None, stream: Any = None,
+           sm_scale: Optional[float] = None) -> Any:
+    """Tree attention for one decode step: out[q] = softmax(q K^T * scale) V over the KV on
+    query q's root path.
+
+    q: [num_queries, num_qo_heads, head_dim]. k_cache, v_cache: [num_pages, page_size,
+    num_kv_heads, head_dim] each, or v_cache=None and k_cache the combined vLLM/FlashInfer layout
+    [num_pages, 2, page_size, num_kv_heads, head_dim]. Any DLPack tensor (torch, CuPy, JAX),
+    zero-copy. CUDA tensors (float16 / bfloat16, head_dim contiguous, strides multiples of 8) run
+    the CUDA kernels on `stream` (default: the caller's current stream, see
+    _frameworks.stream_handle); CPU arrays (numpy, torch CPU; any float dtype) run the float32
+    CPU executor. out: optional preallocated output (q's shape and dtype). return_lse: also return
+    the float32 log-sum-exp [num_queries, num_qo_heads] (natural log of the softmax denominator
+    over the scaled logits); lse= passes a preallocated one. sm_scale: default 1/sqrt(head_dim).
+
+    Returns out, or (out, lse). Raises ValueError / TypeError naming the bad argument.
+    """
+    if not isinstance(plan, _ext.Plan):
+        raise TypeError(f"plan: expected a treeattn.Plan, got {type(plan).__name__}")
+    for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out),
+                    ("lse", lse)):
+        if x is not None and not hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):
+            raise TypeError(f"{name}: expected a DLPack array (torch, CuPy, JAX, numpy), got "
+                            f"{type(x).__name__}")
+    q, k_cache, v_cache = fw.detach(q), fw.detach(k_cache), fw.detach(v_cache)
+    out, lse = fw.detach(out), fw.detach(lse)
+    q_in = q
+    if fw.framework(q) == "numpy":
+        q, k_cache, v_cache = (fw.as_numpy_input(x) for x in (q, k_cache, v_cache))
+    dev_type, _ = fw.dlpack_device(q)
+    if out is None:
+        out = fw.empty(q_in, tuple(q.shape))
+        out_alloc = out
+    else:
+        out_alloc = None
+    want_lse = return_lse or lse is not None
+    if want_lse and lse is None:
+        lse = fw.empty(q, (int(q.shape[0]), int(q.shape[1])), float32=True)
+    handle = fw.stream_handle(stream, q) if dev_type == fw.DL_CUDA else 0
+    target = out
+    if fw.framework(out) == "numpy" and out.dtype.name == "bfloat16":
+        target = np.empty(out.shape, np.float32)  # q was widened to float32 above
+    _ext.decode(plan, q, k_cache, v_cache, target, lse, handle,
+                0.0 if sm_scale is None else float(sm_scale))
+    if target is not out:
+        out[...] = target.astype(out.dtype)
+    if out_alloc is not None:
+        out = fw.finish(q_in, out)
+    if want_lse:
+        return out, fw.finish(q_in, lse)
+    return out
+
+
+def reference(tree: PrefixTree, q: Any, k_cache: Any, v_cache: Any = None,
+              queries: Optional[Sequence[int]] = None,
+              sm_scale: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Float64 oracle, independent of any plan: each query's root path expanded into one dense
+    KV sequence. CPU arrays only (numpy or anything with __array__ / DLPack on the CPU); the same
+    layouts as decode(). queries limits the work to a sample (other rows are NaN).
+    Returns (out float64 [num_queries, num_qo_heads, head_dim], lse float64 [num_queries,
+    num_qo_heads])."""
+    if not isinstance(tree, PrefixTree):
+        raise TypeError(f"tree: expected a treeattn.PrefixTree, got {type(tree).__name__}")
+    q, k_cache, v_cache = (fw.as_numpy_input(fw.detach(x)) for x in (q, k_cache, v_cache))
+    shape = getattr(q, "shape", None)
+    if shape is None or len(shape) != 3:
+        raise ValueError(f"q: expected 3 dims [num_queries, num_qo_heads, head_dim], got "
+                         f"{tuple(shape) if shape is not None else type(q).__name__}")
+    out = np.full((int(shape[0]), int(shape[1]), int(shape[2])), np.nan)
+    lse = np.full((int(shape[0]), int(shape[1])), np.nan)
+    _ext.reference(tree, q, k_cache, v_cache, list(queries or []), out, lse,
+                   0.0 if sm_scale is None else float(sm_scale))
+    return out, lse

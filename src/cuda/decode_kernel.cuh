@@ -1,0 +1,542 @@
+// Paged tree-attention kernel (one CTA per (work item, KV head)) and the per-query LSE merge
+// kernel, as templates over (dtype, head_dim, tile class); instantiated by src/cuda/inst_*.cu.
+//
+// Attention kernel, per CTA:
+//   packed rows  pr = r * group + h  <->  item row r (query rows[row_begin + r].query),
+//                                        qo head kv_head * group + h
+//   sQ  [ROWS][HD]           dtype, 16-byte chunks XOR-swizzled by (row & 7)
+//   sK, sV [STAGES][BN][HD]  dtype, same swizzle; filled by cp.async (zero-fill past the item)
+//   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
+// Warp (wm, wn) owns packed rows [16 wm, 16 wm + 16) and tokens [wn BN/WN, (wn+1) BN/WN) of each
+// KV tile; S = Q K^T and O += P V run on mma.sync m16n8k16 (fp32 accumulate), online softmax in
+// the exp2 domain. The epilogue stages every warp's (O, m, l) in shared memory (aliasing the
+// stages), merges the WN column warps, and writes the final output (dtype, + natural-log LSE) or
+// the fp32 partial slot of each row.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "decode_params.h"
+#include "treeattn/common/attention_state.h"
+
+namespace treeattn::cuda_detail {
+
+constexpr float kLn2 = 0.69314718055994530942f;
+
+template <DType kDType>
+struct DTypeTraits;
+template <>
+struct DTypeTraits<DType::kFloat16> {
+  using T = __half;
+  using T2 = __half2;
+  static __device__ __forceinline__ uint32_t pack(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    return __half22float2(*reinterpret_cast<__half2*>(&u));
+  }
+};
+template <>
+struct DTypeTraits<DType::kBFloat16> {
+  using T = __nv_bfloat16;
+  using T2 = __nv_bfloat162;
+  static __device__ __forceinline__ uint32_t pack(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&u));
+  }
+};
+
+// ---- PTX wrappers ------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+/// 16-byte global->shared copy; src_bytes = 0 zero-fills the destination.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+/// D = A(16x16) B(16x8) + D, fp32 accumulate.
+template <DType kDType>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (kDType == DType::kFloat16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+/// 2^x (ex2.approx.ftz: 2^-inf = +0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- configuration
+// -------------------------------------------------------------------------------
+
+template <DType kDType, int kHeadDim, int kClass>
+struct AttnConfig {
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim");
+  static_assert(kClass >= 0 && kClass < kNumTileClasses, "tile class");
+  using Traits = DTypeTraits<kDType>;
+  using T = typename Traits::T;
+  static constexpr int HD = kHeadDim;
+  static constexpr int CPT = HD / 8;  ///< 16-byte chunks per row
+  static constexpr int BN = kv_tile(HD);
+  static constexpr int WM = warps_m(kClass);
+  static constexpr int WN = warps_n(kClass, HD);
+  static constexpr int ROWS = 16 * WM;
+  static constexpr int BNW = BN / WN;  ///< tokens per warp per tile
+  static constexpr int THREADS = 32 * WM * WN;
+  static constexpr int STAGES = kStages;
+  static constexpr bool Q_IN_REGS = HD <= 128;  ///< hd256 re-reads Q from shared memory
+  static_assert(BNW % 16 == 0, "each warp needs whole k16 steps of P V");
+  static_assert(THREADS % CPT == 0, "loader rows");
+  static constexpr int ROWS_PER_PASS = THREADS / CPT;  ///< rows one loader pass covers
+  static_assert(BN % ROWS_PER_PASS == 0 && ROWS % ROWS_PER_PASS == 0, "loader passes");
+  // shared memory (bytes)
+  static constexpr int TILE_BYTES = BN * HD * 2;  ///< one of K or V, one stage
+  static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
+  static constexpr int KV_BYTES = STAGES * STAGE_BYTES;
+  static constexpr int Q_BYTES = ROWS * HD * 2;
+  // Q in registers: sQ aliases the last stage (first overwritten after Q reached registers).
+  static_assert(!Q_IN_REGS || Q_BYTES <= STAGE_BYTES, "sQ alias");
+  static constexpr int Q_OFF = Q_IN_REGS ? (STAGES - 1) * STAGE_BYTES : KV_BYTES;
+  static constexpr int MASK_OFF = Q_IN_REGS ? KV_BYTES : KV_BYTES + Q_BYTES;
+  static constexpr int MAIN_BYTES = MASK_OFF + STAGES * BN * 8;
+  static constexpr int O_PITCH = HD + 8;  ///< fp32 row pitch of the epilogue tile
+  static constexpr int EPI_O_BYTES = WN * ROWS * O_PITCH * 4;
+  static constexpr int EPI_BYTES = EPI_O_BYTES + 2 * WN * ROWS * 4;
+  static constexpr int SMEM_BYTES = MAIN_BYTES > EPI_BYTES ? MAIN_BYTES : EPI_BYTES;
+  static_assert(SMEM_BYTES <= 163 * 1024, "must fit an A100 (164 KB per SM)");
+};
+
+/// Byte offset of 16-byte chunk `c` of row `r` in a swizzled [rows][HD] dtype tile.
+template <int HD>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  return static_cast<uint32_t>(r * HD * 2 + ((c ^ (r & 7)) << 4));
+}
+
+/// Forward-only cursor over an item's ranges: token position -> element offset of its page slot.
+struct RangeCursor {
+  const DeviceRange* ranges;
+  int idx, num;
+  DeviceRange cur;
+  __device__ __forceinline__ void init(const DeviceRange* r, int n) {
+    ranges = r;
+    num = n;
+    idx = 0;
+    if (n > 0) cur = r[0];
+  }
+  /// Requires pos to be non-decreasing between calls and < the item's kv_tokens.
+  __device__ __forceinline__ void seek(int pos) {
+    while (pos >= cur.token_begin + cur.len && idx + 1 < num) cur = ranges[++idx];
+  }
+};
+
+// ---- attention kernel
+// ----------------------------------------------------------------------------
+
+template <DType kDType, int kHeadDim, int kClass>
+__global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
+    decode_attention_kernel(const KernelParams p) {
+  using C = AttnConfig<kDType, kHeadDim, kClass>;
+  using T = typename C::T;
+  using Traits = typename C::Traits;
+  constexpr int HD = C::HD, BN = C::BN, CPT = C::CPT, BNW = C::BNW, WN = C::WN;
+
+  const DeviceHeader& hdr = *p.header;
+  const int item_idx = hdr.class_begin[kClass] + static_cast<int>(blockIdx.x);
+  if (item_idx >= hdr.class_begin[kClass + 1]) return;  // capacity launched, real count smaller
+  const DeviceItem item = p.items[item_idx];
+  const int kv_head = blockIdx.y;
+  const int group = p.group;
+  const int packed_rows = item.num_rows * group;
+  const bool masked = item.mask_begin >= 0;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s_base = smem_u32(smem);
+  const uint32_t sQ = s_base + C::Q_OFF;
+  uint64_t* sMask = reinterpret_cast<uint64_t*>(smem + C::MASK_OFF);
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm = warp / WN, wn = warp % WN;
+  const int g = lane >> 2, t4 = lane & 3;
+
+  // ---- Q: gQ[query, kv_head*group + h, :] -> sQ[pr][:] (zero rows past the item)
+  {
+    const T* gq = static_cast<const T*>(p.q);
+    const int c = tid % CPT;
+#pragma unroll
+    for (int pr0 = 0; pr0 < C::ROWS; pr0 += C::ROWS_PER_PASS) {
+      const int pr = pr0 + tid / CPT;
+      const T* src = gq;
+      int bytes = 0;
+      if (pr < packed_rows) {
+        const int r = pr / group, h = pr - r * group;
+        const int query = p.rows[2 * (item.row_begin + r)];
+        src = gq + query * p.q_stride_query + (kv_head * group + h) * p.q_stride_head + c * 8;
+        bytes = 16;
+      }
+      cp_async16(sQ + swz<HD>(pr, c), src, bytes);
+    }
+  }
+
+  // ---- KV loader: each thread owns chunk column tid % CPT of tokens tid / CPT + k*ROWS_PER_PASS
+  const T* gk = static_cast<const T*>(p.k);
+  const T* gv = static_cast<const T*>(p.v);
+  const int64_t head_off = kv_head * p.head_stride + (tid % CPT) * 8;
+  RangeCursor cursor;
+  cursor.init(p.ranges + item.range_begin, item.num_ranges);
+  const int num_tiles = (item.kv_tokens + BN - 1) / BN;
+
+  auto load_tile = [&](int tile, int stage) {
+    const uint32_t sK = s_base + stage * C::STAGE_BYTES;
+    const uint32_t sV = sK + C::TILE_BYTES;
+    const int c = tid % CPT;
+#pragma unroll
+    for (int j0 = 0; j0 < BN; j0 += C::ROWS_PER_PASS) {
+      const int j = j0 + tid / CPT;
+      const int pos = tile * BN + j;
+      int bytes = 0;
+      int64_t off = 0;
+      uint64_t mword = 0;
+      if (pos < item.kv_tokens) {
+        cursor.seek(pos);
+        const int in_range = cursor.cur.page_offset + (pos - cursor.cur.token_begin);
+        const int page_local = in_range / p.page_size;
+        const int slot = in_range - page_local * p.page_size;
+        const int page = p.page_ids[cursor.cur.page_begin + page_local];
+        off = page * p.page_stride + slot * p.slot_stride + head_off;
+        bytes = 16;
+        if (masked) mword = p.masks[item.mask_begin + cursor.idx];
+      }
+      cp_async16(sK + swz<HD>(j, c), gk + off, bytes);
+      cp_async16(sV + swz<HD>(j, c), gv + off, bytes);
+      if (masked && c == 0) sMask[stage * BN + j] = mword;
+    }
+  };
+
+  // prologue: Q with tile 0 in group 0, then tiles 1..STAGES-2
+#pragma unroll
+  for (int s = 0; s < C::STAGES - 1; ++s) {
+    if (s < num_tiles) load_tile(s, s);
+    cp_async_commit();
+  }
+
+  // ---- per-warp state
+  const bool warp_active = 16 * wm < packed_rows;
+  constexpr int NT_S = BNW / 8;  // n8 tiles of S per warp
+  constexpr int NT_O = HD / 8;   // n8 tiles of O
+  constexpr int KS = HD / 16;    // k16 steps of Q K^T
+  float o_acc[NT_O][4];
+#pragma unroll
+  for (int n = 0; n < NT_O; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o_acc[n][e] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  uint32_t q_frag[C::Q_IN_REGS ? KS : 1][4];
+  // item row of this thread's two packed rows (mask bit), clamped for padding rows
+  const int prow0 = 16 * wm + g;
+  const int mrow0 = min(prow0 / group, kMaxMaskedRows - 1);
+  const int mrow1 = min((prow0 + 8) / group, kMaxMaskedRows - 1);
+  const float scale_log2 = p.scale_log2;
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % C::STAGES;
+    cp_async_wait<C::STAGES - 2>();
+    __syncthreads();
+    if constexpr (C::Q_IN_REGS) {
+      if (tile == 0) {
+        if (warp_active) {
+#pragma unroll
+          for (int ks = 0; ks < KS; ++ks) {
+            const int mi = lane >> 3;
+            ldmatrix_x4(q_frag[ks],
+                        sQ + swz<HD>(16 * wm + (lane & 7) + (mi & 1) * 8, 2 * ks + (mi >> 1)));
+          }
+        }
+        __syncthreads();  // sQ aliases the stage the next prefetch overwrites
+      }
+    }
+    {
+      const int next = tile + C::STAGES - 1;
+      if (next < num_tiles) load_tile(next, next % C::STAGES);
+      cp_async_commit();
+    }
+    if (!warp_active) continue;
+
+    const uint32_t sK = s_base + stage * C::STAGE_BYTES;
+    const uint32_t sV = sK + C::TILE_BYTES;
+    const int wtok = wn * BNW;  // warp's first token within the tile
+
+    // S = Q K^T  [16 x BNW]
+    float s_acc[NT_S][4];
+#pragma unroll
+    for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s_acc[n][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      uint32_t a[4];
+      if constexpr (C::Q_IN_REGS) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[e] = q_frag[ks][e];
+      } else {
+        const int mi = lane >> 3;
+        ldmatrix_x4(a, sQ + swz<HD>(16 * wm + (lane & 7) + (mi & 1) * 8, 2 * ks + (mi >> 1)));
+      }
+#pragma unroll
+      for (int np = 0; np < NT_S / 2; ++np) {
+        uint32_t b[4];
+        const int mi = lane >> 3;
+        ldmatrix_x4(b,
+                    sK + swz<HD>(wtok + 16 * np + (lane & 7) + (mi >> 1) * 8, 2 * ks + (mi & 1)));
+        mma16816<kDType>(s_acc[2 * np], a, b[0], b[1]);
+        mma16816<kDType>(s_acc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+
+    // scale into the exp2 domain; hide tokens past the item or outside the row's mask
+    const int tile_tok = tile * BN;
+    const bool check = masked || (tile_tok + BN > item.kv_tokens);
+#pragma unroll
+    for (int n = 0; n < NT_S; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float s = s_acc[n][e] * scale_log2;
+        if (check) {
+          const int j = wtok + 8 * n + 2 * t4 + (e & 1);
+          bool visible;
+          if (masked) {
+            visible = (sMask[stage * BN + j] >> ((e >> 1) ? mrow1 : mrow0)) & 1ull;
+          } else {
+            visible = tile_tok + j < item.kv_tokens;
+          }
+          if (!visible) s = -INFINITY;
+        }
+        s_acc[n][e] = s;
+      }
+    }
+
+    // online softmax (rows g and g+8 of the warp)
+    float m_new[2], m_use[2], alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = m_run[i];
+#pragma unroll
+      for (int n = 0; n < NT_S; ++n) mx = fmaxf(mx, fmaxf(s_acc[n][2 * i], s_acc[n][2 * i + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      m_new[i] = mx;
+      m_use[i] = mx == -INFINITY ? 0.f : mx;  // a row that saw nothing yet stays empty
+      alpha[i] = fast_exp2(m_run[i] - m_use[i]);
+      m_run[i] = m_new[i];
+    }
+    float row_sum[2] = {0.f, 0.f};
+    uint32_t p_frag[NT_S][2];  // P rounded to dtype, pairs of columns
+#pragma unroll
+    for (int n = 0; n < NT_S; ++n) {
+      const float p0 = fast_exp2(s_acc[n][0] - m_use[0]);
+      const float p1 = fast_exp2(s_acc[n][1] - m_use[0]);
+      const float p2 = fast_exp2(s_acc[n][2] - m_use[1]);
+      const float p3 = fast_exp2(s_acc[n][3] - m_use[1]);
+      row_sum[0] += p0 + p1;
+      row_sum[1] += p2 + p3;
+      p_frag[n][0] = Traits::pack(p0, p1);
+      p_frag[n][1] = Traits::pack(p2, p3);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) l_run[i] = l_run[i] * alpha[i] + row_sum[i];
+#pragma unroll
+    for (int n = 0; n < NT_O; ++n) {
+      o_acc[n][0] *= alpha[0];
+      o_acc[n][1] *= alpha[0];
+      o_acc[n][2] *= alpha[1];
+      o_acc[n][3] *= alpha[1];
+    }
+
+    // O += P V   [16 x HD], k = the warp's BNW tokens
+#pragma unroll
+    for (int kk = 0; kk < BNW / 16; ++kk) {
+      const uint32_t a[4] = {p_frag[2 * kk][0], p_frag[2 * kk][1], p_frag[2 * kk + 1][0],
+                             p_frag[2 * kk + 1][1]};
+#pragma unroll
+      for (int dp = 0; dp < NT_O / 2; ++dp) {
+        uint32_t b[4];
+        const int mi = lane >> 3;
+        ldmatrix_x4_trans(
+            b, sV + swz<HD>(wtok + 16 * kk + (lane & 7) + (mi & 1) * 8, 2 * dp + (mi >> 1)));
+        mma16816<kDType>(o_acc[2 * dp], a, b[0], b[1]);
+        mma16816<kDType>(o_acc[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  // ---- epilogue: stage (O, m, l) of every warp in shared memory (aliases the stages)
+  cp_async_wait<0>();
+  __syncthreads();
+  float* sO = reinterpret_cast<float*>(smem);                   // [WN][ROWS][O_PITCH]
+  float* sM = reinterpret_cast<float*>(smem + C::EPI_O_BYTES);  // [WN][ROWS]
+  float* sL = sM + WN * C::ROWS;                                // [WN][ROWS]
+  if (warp_active) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+    }
+    float* o_w = sO + (wn * C::ROWS + 16 * wm) * C::O_PITCH;
+#pragma unroll
+    for (int n = 0; n < NT_O; ++n) {
+      const int col = 8 * n + 2 * t4;
+      *reinterpret_cast<float2*>(o_w + g * C::O_PITCH + col) =
+          make_float2(o_acc[n][0], o_acc[n][1]);
+      *reinterpret_cast<float2*>(o_w + (g + 8) * C::O_PITCH + col) =
+          make_float2(o_acc[n][2], o_acc[n][3]);
+    }
+    if (t4 == 0) {
+      sM[wn * C::ROWS + 16 * wm + g] = m_run[0];
+      sM[wn * C::ROWS + 16 * wm + g + 8] = m_run[1];
+      sL[wn * C::ROWS + 16 * wm + g] = l_run[0];
+      sL[wn * C::ROWS + 16 * wm + g + 8] = l_run[1];
+    }
+  }
+  __syncthreads();
+
+  // ---- write: one thread per (packed row, 8-element chunk)
+  for (int idx = tid; idx < C::ROWS * CPT; idx += C::THREADS) {
+    const int pr = idx / CPT, c = idx - pr * CPT;
+    if (pr >= packed_rows) break;  // idx grows with pr
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WN; ++w) m_max = fmaxf(m_max, sM[w * C::ROWS + pr]);
+    float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    float lse_nat = -INFINITY;
+    if (m_max != -INFINITY) {
+      float l_tot = 0.f;
+      float wgt[WN];
+#pragma unroll
+      for (int w = 0; w < WN; ++w) {
+        wgt[w] = fast_exp2(sM[w * C::ROWS + pr] - m_max);
+        l_tot += wgt[w] * sL[w * C::ROWS + pr];
+      }
+      if (l_tot > 0.f) {
+        const float inv = 1.f / l_tot;
+#pragma unroll
+        for (int w = 0; w < WN; ++w) {
+          const float* src = sO + (w * C::ROWS + pr) * C::O_PITCH + 8 * c;
+          const float4 x0 = *reinterpret_cast<const float4*>(src);
+          const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+          const float f = wgt[w] * inv;
+          o[0] += f * x0.x, o[1] += f * x0.y, o[2] += f * x0.z, o[3] += f * x0.w;
+          o[4] += f * x1.x, o[5] += f * x1.y, o[6] += f * x1.z, o[7] += f * x1.w;
+        }
+        lse_nat = (m_max + log2f(l_tot)) * kLn2;
+      }
+    }
+    const int r = pr / group, h = pr - r * group;
+    const int query = p.rows[2 * (item.row_begin + r)];
+    const int slot = p.rows[2 * (item.row_begin + r) + 1];
+    const int head = kv_head * group + h;
+    if (slot == kFinalOutput) {
+      T* dst = static_cast<T*>(p.out) + query * p.o_stride_query + head * p.o_stride_head + 8 * c;
+      uint4 packed;
+      packed.x = Traits::pack(o[0], o[1]);
+      packed.y = Traits::pack(o[2], o[3]);
+      packed.z = Traits::pack(o[4], o[5]);
+      packed.w = Traits::pack(o[6], o[7]);
+      *reinterpret_cast<uint4*>(dst) = packed;
+      if (p.lse != nullptr && c == 0) p.lse[query * p.num_qo_heads + head] = lse_nat;
+    } else {
+      float* dst = p.partial_o + (static_cast<int64_t>(slot) * p.num_qo_heads + head) * HD + 8 * c;
+      *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(o[4], o[5], o[6], o[7]);
+      if (c == 0) p.partial_lse[static_cast<int64_t>(slot) * p.num_qo_heads + head] = lse_nat;
+    }
+  }
+}
+
+// ---- merge kernel
+// --------------------------------------------------------------------------------
+
+constexpr int kMergeThreads = 128;
+
+/// One CTA per query (grid = layout capacity, exits past header.num_queries); queries without
+/// merge slots were written by the attention kernel. Each thread owns (head, 8-element chunk)
+/// pairs and folds the query's slots in order with merge_weights (deterministic, no atomics).
+template <DType kDType, int kHeadDim>
+__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const KernelParams p) {
+  using Traits = DTypeTraits<kDType>;
+  using T = typename Traits::T;
+  constexpr int CPT = kHeadDim / 8;
+  const int query = blockIdx.x;
+  if (query >= p.header->num_queries) return;
+  const int begin = p.merge_indptr[query], end = p.merge_indptr[query + 1];
+  if (begin >= end) return;
+  const int pairs = p.num_qo_heads * CPT;
+  for (int idx = threadIdx.x; idx < pairs; idx += kMergeThreads) {
+    const int head = idx / CPT, c = idx - head * CPT;
+    float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    float lse = -INFINITY;
+    for (int i = begin; i < end; ++i) {
+      const int64_t sh = static_cast<int64_t>(p.merge_slots[i]) * p.num_qo_heads + head;
+      const float lse_s = p.partial_lse[sh];
+      const MergeWeights<float> w = merge_weights(lse, lse_s);
+      if (w.wb != 0.f) {  // skip empty partials (their o is 0 anyway)
+        const float* src = p.partial_o + sh * kHeadDim + 8 * c;
+        const float4 x0 = *reinterpret_cast<const float4*>(src);
+        const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+        const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[e] = w.wa * o[e] + w.wb * xs[e];
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[e] = w.wa * o[e];
+      }
+      lse = w.lse;
+    }
+    T* dst = static_cast<T*>(p.out) + query * p.o_stride_query + head * p.o_stride_head + 8 * c;
+    uint4 packed;
+    packed.x = Traits::pack(o[0], o[1]);
+    packed.y = Traits::pack(o[2], o[3]);
+    packed.z = Traits::pack(o[4], o[5]);
+    packed.w = Traits::pack(o[6], o[7]);
+    *reinterpret_cast<uint4*>(dst) = packed;
+    if (p.lse != nullptr && c == 0) p.lse[query * p.num_qo_heads + head] = lse;
+  }
+}
+
+}  // namespace treeattn::cuda_detail

@@ -1,0 +1,143 @@
+// run_decode: validates DecodeArgs against the PlanLayout, derives the kernel parameter block
+// (workspace pointers at the layout's offsets, exp2-domain softmax scale) and dispatches over
+// (dtype, head_dim) to the generated launch_plan instantiations. Never synchronizes, allocates or
+// reads device memory from the host.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "decode_params.h"
+#include "treeattn/kernels/decode.h"
+
+namespace treeattn {
+
+namespace cuda_detail {
+namespace {
+thread_local char g_last_error[256] = "";
+}  // namespace
+
+void set_last_cuda_error(const char* msg) {
+  std::strncpy(g_last_error, msg != nullptr ? msg : "", sizeof(g_last_error) - 1);
+  g_last_error[sizeof(g_last_error) - 1] = '\0';
+}
+
+namespace {
+
+constexpr float kLog2e = 1.44269504088896340736f;
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+bool stride_ok(int64_t s) { return s > 0 && s % 8 == 0; }
+
+template <typename F>
+Status dispatch_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return f(std::integral_constant<DType, DType::kFloat16>{});
+    case DType::kBFloat16:
+      return f(std::integral_constant<DType, DType::kBFloat16>{});
+  }
+  return Status::kUnsupported;
+}
+
+template <typename F>
+Status dispatch_head_dim(int head_dim, F&& f) {
+  switch (head_dim) {
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    case 128:
+      return f(std::integral_constant<int, 128>{});
+    case 256:
+      return f(std::integral_constant<int, 256>{});
+  }
+  return Status::kUnsupported;
+}
+
+}  // namespace
+}  // namespace cuda_detail
+
+const char* status_string(Status s) {
+  switch (s) {
+    case Status::kOk:
+      return "ok";
+    case Status::kInvalidArgument:
+      return "invalid argument";
+    case Status::kCudaError:
+      return "CUDA error";
+    case Status::kUnsupported:
+      return "unsupported configuration";
+  }
+  return "unknown status";
+}
+
+const char* last_cuda_error() { return cuda_detail::g_last_error; }
+
+Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& args,
+                  cudaStream_t stream) {
+  using namespace cuda_detail;
+  const PlanShape& shape = layout.shape;
+  // ---- validation (no device reads)
+  if (args.dtype != DType::kFloat16 && args.dtype != DType::kBFloat16)
+    return Status::kInvalidArgument;
+  if (shape.head_dim != 64 && shape.head_dim != 128 && shape.head_dim != 256)
+    return Status::kInvalidArgument;
+  if (shape.num_kv_heads <= 0 || shape.num_qo_heads <= 0 ||
+      shape.num_qo_heads % shape.num_kv_heads != 0 || shape.page_size < 1 || shape.dtype_bytes != 2)
+    return Status::kInvalidArgument;
+  if (workspace == nullptr || args.q == nullptr || args.k == nullptr || args.v == nullptr ||
+      args.out == nullptr)
+    return Status::kInvalidArgument;
+  if (!aligned16(workspace) || !aligned16(args.q) || !aligned16(args.k) || !aligned16(args.v) ||
+      !aligned16(args.out))
+    return Status::kInvalidArgument;
+  if (!stride_ok(args.q_stride_query) || !stride_ok(args.q_stride_head) ||
+      !stride_ok(args.page_stride) || !stride_ok(args.slot_stride) ||
+      !stride_ok(args.head_stride) || !stride_ok(args.o_stride_query) ||
+      !stride_ok(args.o_stride_head))
+    return Status::kInvalidArgument;
+  if (!(args.sm_scale >= 0.f) || !std::isfinite(args.sm_scale)) return Status::kInvalidArgument;
+  const int64_t total_items = layout.class_items[0] + layout.class_items[1] + layout.class_items[2];
+  if (total_items <= 0 && layout.slots <= 0) return Status::kOk;  // nothing to run
+
+  // ---- parameter block
+  auto* base = static_cast<unsigned char*>(workspace);
+  KernelParams p{};
+  p.q = args.q;
+  p.q_stride_query = args.q_stride_query;
+  p.q_stride_head = args.q_stride_head;
+  p.k = args.k;
+  p.v = args.v;
+  p.page_stride = args.page_stride;
+  p.slot_stride = args.slot_stride;
+  p.head_stride = args.head_stride;
+  p.out = args.out;
+  p.o_stride_query = args.o_stride_query;
+  p.o_stride_head = args.o_stride_head;
+  p.lse = args.lse;
+  p.header = reinterpret_cast<const DeviceHeader*>(base + layout.header_off);
+  p.items = reinterpret_cast<const DeviceItem*>(base + layout.items_off);
+  p.rows = reinterpret_cast<const int32_t*>(base + layout.rows_off);
+  p.ranges = reinterpret_cast<const DeviceRange*>(base + layout.ranges_off);
+  p.page_ids = reinterpret_cast<const int32_t*>(base + layout.page_ids_off);
+  p.masks = reinterpret_cast<const uint64_t*>(base + layout.masks_off);
+  p.merge_indptr = reinterpret_cast<const int32_t*>(base + layout.merge_indptr_off);
+  p.merge_slots = reinterpret_cast<const int32_t*>(base + layout.merge_slots_off);
+  p.partial_o = reinterpret_cast<float*>(base + layout.partial_o_off);
+  p.partial_lse = reinterpret_cast<float*>(base + layout.partial_lse_off);
+  p.num_qo_heads = shape.num_qo_heads;
+  p.group = shape.num_qo_heads / shape.num_kv_heads;
+  p.page_size = shape.page_size;
+  const float sm_scale =
+      args.sm_scale > 0.f ? args.sm_scale : 1.f / std::sqrt(static_cast<float>(shape.head_dim));
+  p.scale_log2 = sm_scale * kLog2e;
+
+  return dispatch_dtype(args.dtype, [&](auto dt) {
+    return dispatch_head_dim(shape.head_dim, [&](auto hd) {
+      return launch_plan<decltype(dt)::value, decltype(hd)::value>(p, layout, stream);
+    });
+  });
+}
+
+}  // namespace treeattn

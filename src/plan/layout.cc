@@ -1,0 +1,141 @@
+// Device-side layout of a plan: plan_layout() computes every buffer's capacity and 256-byte
+// aligned offset plus the workspace size in one place; pack_plan() writes the plan's metadata
+// into host memory in exactly that layout (the caller copies [0, metadata_bytes) to the device).
+//
+// Workspace, in order (each array starts on a 256-byte boundary):
+//   DeviceHeader
+//   DeviceItem   [items]
+//   int32 x 2    [rows]        (query, slot) per PlanRow
+//   DeviceRange  [ranges]      token_begin = prefix sum of len within the range's item
+//   int32        [page_ids]
+//   uint64       [masks]
+//   int32        [queries + 1] merge_indptr
+//   int32        [slots]       merge_slots (each slot is merged exactly once)
+//   --- metadata_bytes ---
+//   fp32         [slots, num_qo_heads, head_dim]  partial_o
+//   fp32         [slots, num_qo_heads]            partial_lse
+#include <cmath>
+#include <cstring>
+
+#include "treeattn/common/error.h"
+#include "treeattn/plan/plan.h"
+
+namespace treeattn {
+namespace {
+
+constexpr int64_t kAlign = 256;
+int64_t align_up(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+int64_t scaled(int64_t n, double headroom) {
+  return static_cast<int64_t>(std::ceil(static_cast<double>(n) * headroom - 1e-9));
+}
+
+}  // namespace
+
+PlanLayout plan_layout(const Plan& plan, double headroom) {
+  TA_CHECK_ARG(std::isfinite(headroom) && headroom >= 1.0, "headroom", "must be >= 1, got ",
+               headroom);
+  PlanLayout L;
+  L.shape = plan.shape;
+  for (int c = 0; c < kNumTileClasses; ++c)
+    L.class_items[c] = scaled(plan.class_begin[c + 1] - plan.class_begin[c], headroom);
+  L.items = scaled(static_cast<int64_t>(plan.items.size()), headroom);
+  L.rows = scaled(static_cast<int64_t>(plan.rows.size()), headroom);
+  L.ranges = scaled(static_cast<int64_t>(plan.ranges.size()), headroom);
+  L.page_ids = scaled(static_cast<int64_t>(plan.page_ids.size()), headroom);
+  L.masks = scaled(static_cast<int64_t>(plan.masks.size()), headroom);
+  L.slots = scaled(plan.num_slots, headroom);
+  L.queries = scaled(plan.shape.num_queries, headroom);
+  L.num_qo_heads = plan.shape.num_qo_heads;
+  L.head_dim = plan.shape.head_dim;
+
+  int64_t off = 0;
+  auto place = [&off](int64_t bytes) {
+    const int64_t at = off;
+    off = align_up(off + bytes);
+    return at;
+  };
+  L.header_off = place(sizeof(DeviceHeader));
+  L.items_off = place(L.items * static_cast<int64_t>(sizeof(DeviceItem)));
+  L.rows_off = place(L.rows * 2 * static_cast<int64_t>(sizeof(int32_t)));
+  L.ranges_off = place(L.ranges * static_cast<int64_t>(sizeof(DeviceRange)));
+  L.page_ids_off = place(L.page_ids * static_cast<int64_t>(sizeof(int32_t)));
+  L.masks_off = place(L.masks * static_cast<int64_t>(sizeof(uint64_t)));
+  L.merge_indptr_off = place((L.queries + 1) * static_cast<int64_t>(sizeof(int32_t)));
+  L.merge_slots_off = place(L.slots * static_cast<int64_t>(sizeof(int32_t)));
+  L.metadata_bytes = off;
+  L.partial_o_off =
+      place(L.slots * L.num_qo_heads * L.head_dim * static_cast<int64_t>(sizeof(float)));
+  L.partial_lse_off = place(L.slots * L.num_qo_heads * static_cast<int64_t>(sizeof(float)));
+  L.total_bytes = off;
+  return L;
+}
+
+void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata) {
+  TA_CHECK_ARG(host_metadata != nullptr, "host_metadata", "null");
+  const PlanShape& s = plan.shape;
+  TA_CHECK_ARG(s.num_qo_heads == layout.num_qo_heads && s.head_dim == layout.head_dim, "layout",
+               "laid out for ", layout.num_qo_heads, " qo heads x head_dim ", layout.head_dim,
+               ", plan has ", s.num_qo_heads, " x ", s.head_dim);
+  auto fits = [](const char* what, int64_t n, int64_t cap) {
+    TA_CHECK_ARG(n <= cap, "layout", "plan has ", n, " ", what, ", capacity is ", cap);
+  };
+  for (int c = 0; c < kNumTileClasses; ++c)
+    fits("items of a tile class", plan.class_begin[c + 1] - plan.class_begin[c],
+         layout.class_items[c]);
+  fits("items", static_cast<int64_t>(plan.items.size()), layout.items);
+  fits("rows", static_cast<int64_t>(plan.rows.size()), layout.rows);
+  fits("ranges", static_cast<int64_t>(plan.ranges.size()), layout.ranges);
+  fits("page ids", static_cast<int64_t>(plan.page_ids.size()), layout.page_ids);
+  fits("masks", static_cast<int64_t>(plan.masks.size()), layout.masks);
+  fits("slots", plan.num_slots, layout.slots);
+  fits("merge slots", static_cast<int64_t>(plan.merge_slots.size()), layout.slots);
+  fits("queries", s.num_queries, layout.queries);
+  TA_CHECK_ARG(static_cast<int64_t>(plan.merge_indptr.size()) == s.num_queries + 1, "plan",
+               "merge_indptr has ", plan.merge_indptr.size(), " entries for ", s.num_queries,
+               " queries");
+
+  char* base = static_cast<char*>(host_metadata);
+  std::memset(base, 0, static_cast<size_t>(layout.metadata_bytes));
+
+  DeviceHeader h{};
+  for (int c = 0; c <= kNumTileClasses; ++c) h.class_begin[c] = plan.class_begin[c];
+  h.num_queries = s.num_queries;
+  h.num_slots = plan.num_slots;
+  std::memcpy(base + layout.header_off, &h, sizeof(h));
+
+  auto* items = reinterpret_cast<DeviceItem*>(base + layout.items_off);
+  auto* ranges = reinterpret_cast<DeviceRange*>(base + layout.ranges_off);
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const WorkItem& it = plan.items[i];
+    const DeviceItem d{it.row_begin,  it.num_rows,   it.range_begin,
+                       it.num_ranges, it.mask_begin, it.kv_tokens};
+    std::memcpy(&items[i], &d, sizeof(d));
+  }
+  // token_begin: prefix sums within each item (ranges not referenced by any item get 0).
+  for (size_t r = 0; r < plan.ranges.size(); ++r) {
+    const KvRange& g = plan.ranges[r];
+    const DeviceRange d{g.page_begin, g.page_offset, g.len, 0};
+    std::memcpy(&ranges[r], &d, sizeof(d));
+  }
+  for (const WorkItem& it : plan.items) {
+    int32_t t = 0;
+    for (int32_t j = 0; j < it.num_ranges; ++j) {
+      ranges[it.range_begin + j].token_begin = t;
+      t += plan.ranges[it.range_begin + j].len;
+    }
+  }
+  auto* rows = reinterpret_cast<int32_t*>(base + layout.rows_off);
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    rows[2 * r] = plan.rows[r].query;
+    rows[2 * r + 1] = plan.rows[r].slot;
+  }
+  auto copy = [base](int64_t off, const auto& v) {
+    if (!v.empty()) std::memcpy(base + off, v.data(), v.size() * sizeof(v[0]));
+  };
+  copy(layout.page_ids_off, plan.page_ids);
+  copy(layout.masks_off, plan.masks);
+  copy(layout.merge_indptr_off, plan.merge_indptr);
+  copy(layout.merge_slots_off, plan.merge_slots);
+}
+
+}  // namespace treeattn

@@ -1,0 +1,253 @@
+// PrefixTree checks and derived views: validate() (every error names its offender; cycle
+// detection is iterative so deep chains cannot overflow the stack), build_index(), query paths,
+// per-query context and unique tokens, and the shared tree assembler used by the builders.
+#include "treeattn/tree/prefix_tree.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <unordered_map>
+
+#include "tree_internal.h"
+#include "treeattn/common/error.h"
+
+namespace treeattn {
+
+namespace {
+
+std::string node_name(int32_t i) { return detail::concat("nodes[", i, "]"); }
+
+// Colours every live node by walking up its parent chain: 0 = unseen, walk stamp while on the
+// current walk, kDone once known to reach a root. Meeting the current stamp again is a cycle.
+void check_acyclic(const PrefixTree& tree) {
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  constexpr int32_t kDone = -1;
+  std::vector<int32_t> mark(n, 0);
+  std::vector<int32_t> walk;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!tree.nodes[i].alive || mark[i] != 0) continue;
+    const int32_t stamp = i + 1;
+    walk.clear();
+    int32_t v = i;
+    while (v != kNoParent && mark[v] == 0) {
+      mark[v] = stamp;
+      walk.push_back(v);
+      v = tree.nodes[v].parent;
+    }
+    TA_CHECK_ARG(v == kNoParent || mark[v] != stamp, node_name(v) + ".parent",
+                 "cycle through node index ", v, " (id ", tree.nodes[v].id, ")");
+    for (int32_t w : walk) mark[w] = kDone;
+  }
+}
+
+}  // namespace
+
+void validate(const PrefixTree& tree) {
+  TA_CHECK_ARG(tree.page_size >= 1, "page_size", "must be >= 1, got ", tree.page_size);
+  TA_CHECK_ARG(tree.num_pages >= 0, "num_pages", "must be >= 0, got ", tree.num_pages);
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  const int64_t P = tree.page_size;
+  int32_t live = 0;
+  std::unordered_map<int64_t, int32_t> ids;
+  ids.reserve(tree.nodes.size());
+  for (int32_t i = 0; i < n; ++i) {
+    const TreeNode& nd = tree.nodes[i];
+    if (!nd.alive) continue;
+    ++live;
+    const std::string name = node_name(i);
+    auto [it, fresh] = ids.emplace(nd.id, i);
+    TA_CHECK_ARG(fresh, name + ".id", "duplicate id ", nd.id, " (also ", node_name(it->second),
+                 ")");
+    if (nd.parent != kNoParent) {
+      TA_CHECK_ARG(nd.parent >= 0 && nd.parent < n, name + ".parent", "unknown parent index ",
+                   nd.parent, " (node id ", nd.id, "; tree has ", n, " node slots)");
+      TA_CHECK_ARG(tree.nodes[nd.parent].alive, name + ".parent", "parent index ", nd.parent,
+                   " is dead (node id ", nd.id, ")");
+    }
+    TA_CHECK_ARG(nd.tokens >= 1, name + ".tokens", "must be >= 1, got ", nd.tokens, " (node id ",
+                 nd.id, ")");
+    TA_CHECK_ARG(nd.page_offset >= 0 && nd.page_offset < P, name + ".page_offset",
+                 "must lie in [0, page_size=", P, "), got ", nd.page_offset);
+    const int64_t want = detail::ceil_div(int64_t{nd.page_offset} + nd.tokens, P);
+    TA_CHECK_ARG(static_cast<int64_t>(nd.pages.size()) == want, name + ".pages", "has ",
+                 nd.pages.size(), " pages but page_offset ", nd.page_offset, " + tokens ",
+                 nd.tokens, " need ", want, " (page_size ", P, ")");
+    for (size_t k = 0; k < nd.pages.size(); ++k) {
+      TA_CHECK_ARG(nd.pages[k] >= 0 && nd.pages[k] < tree.num_pages,
+                   detail::concat(name, ".pages[", k, "]"), "page id ", nd.pages[k],
+                   " out of range [0, num_pages=", tree.num_pages, ")");
+    }
+  }
+  TA_CHECK_ARG(live > 0, "tree", "empty: no live node");
+  TA_CHECK_ARG(!tree.query_node.empty(), "tree", "empty: no query");
+  check_acyclic(tree);
+  for (size_t q = 0; q < tree.query_node.size(); ++q) {
+    const int32_t v = tree.query_node[q];
+    TA_CHECK_ARG(v >= 0 && v < n, detail::concat("query ", q), "unknown node index ", v,
+                 " (tree has ", n, " node slots)");
+    TA_CHECK_ARG(tree.nodes[v].alive, detail::concat("query ", q), "node index ", v, " is dead");
+  }
+}
+
+namespace detail {
+
+std::vector<int32_t> preorder_of(const PrefixTree& tree) {
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  // Children in index order via counting sort (CSR).
+  std::vector<int32_t> first(n + 1, 0), child(n);
+  std::vector<int32_t> roots;
+  for (int32_t i = 0; i < n; ++i) {
+    const TreeNode& nd = tree.nodes[i];
+    if (!nd.alive) continue;
+    if (nd.parent == kNoParent) {
+      roots.push_back(i);
+    } else if (nd.parent >= 0 && nd.parent < n) {
+      ++first[nd.parent + 1];
+    }
+  }
+  for (int32_t i = 0; i < n; ++i) first[i + 1] += first[i];
+  std::vector<int32_t> fill(first.begin(), first.end() - 1);
+  for (int32_t i = 0; i < n; ++i) {
+    const TreeNode& nd = tree.nodes[i];
+    if (nd.alive && nd.parent != kNoParent && nd.parent >= 0 && nd.parent < n)
+      child[fill[nd.parent]++] = i;
+  }
+  std::vector<int32_t> order;
+  order.reserve(n);
+  std::vector<int32_t> stack;
+  for (auto r = roots.rbegin(); r != roots.rend(); ++r) stack.push_back(*r);
+  while (!stack.empty()) {
+    const int32_t v = stack.back();
+    stack.pop_back();
+    order.push_back(v);
+    for (int32_t k = first[v + 1] - 1; k >= first[v]; --k) stack.push_back(child[k]);
+  }
+  return order;
+}
+
+PrefixTree assemble_tree(const std::vector<int32_t>& parents, const std::vector<int32_t>& tokens,
+                         const std::vector<int32_t>& query_nodes, int32_t page_size,
+                         PageLayout layout, uint64_t seed, int32_t spare_pages) {
+  TA_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got ", page_size);
+  const int32_t n = static_cast<int32_t>(parents.size());
+  TA_CHECK_INTERNAL(tokens.size() == parents.size(), "parents/tokens size mismatch");
+  PrefixTree tree;
+  tree.page_size = page_size;
+  tree.nodes.resize(n);
+  for (int32_t i = 0; i < n; ++i) {
+    TA_CHECK_INTERNAL(parents[i] == kNoParent || (parents[i] >= 0 && parents[i] < i),
+                      "assemble_tree: parent must precede child");
+    tree.nodes[i].id = i;
+    tree.nodes[i].parent = parents[i];
+    tree.nodes[i].tokens = tokens[i];
+  }
+  tree.query_node = query_nodes;
+  // Parents precede children, so one forward pass gives absolute starts.
+  std::vector<int64_t> start(n, 0);
+  for (int32_t i = 0; i < n; ++i) {
+    if (parents[i] != kNoParent) start[i] = start[parents[i]] + tokens[parents[i]];
+  }
+  const std::vector<int32_t> order = preorder_of(tree);
+  int64_t total = 0;
+  for (int32_t v : order) {
+    TreeNode& nd = tree.nodes[v];
+    nd.page_offset = static_cast<int32_t>(start[v] % page_size);
+    total += ceil_div(int64_t{nd.page_offset} + nd.tokens, page_size);
+  }
+  TA_CHECK_ARG(total + spare_pages <= kMaxBuilderPages, "pages", "layout needs ",
+               total + spare_pages, " pages, more than the builder limit ", kMaxBuilderPages);
+  const int32_t num = static_cast<int32_t>(total) + spare_pages;
+  std::vector<int32_t> ids(num);
+  std::iota(ids.begin(), ids.end(), 0);
+  if (layout == PageLayout::kShuffled) {
+    std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
+    shuffle_vec(ids, rng);
+  }
+  int32_t next = 0;
+  for (int32_t v : order) {
+    TreeNode& nd = tree.nodes[v];
+    nd.pages.resize(ceil_div(int64_t{nd.page_offset} + nd.tokens, page_size));
+    for (int32_t& p : nd.pages) p = ids[next++];
+  }
+  tree.num_pages = num;
+  // Spare ids, handed out lowest position first (the allocator pops from the back).
+  tree.free_pages.assign(ids.begin() + next, ids.end());
+  std::reverse(tree.free_pages.begin(), tree.free_pages.end());
+  return tree;
+}
+
+}  // namespace detail
+
+TreeIndex build_index(const PrefixTree& tree) {
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  TreeIndex ix;
+  ix.depth.assign(n, 0);
+  ix.start.assign(n, 0);
+  ix.children.assign(n, {});
+  ix.queries_below.assign(n, {});
+  for (int32_t i = 0; i < n; ++i) {
+    const TreeNode& nd = tree.nodes[i];
+    if (!nd.alive) continue;
+    if (nd.parent == kNoParent) {
+      ix.roots.push_back(i);
+    } else {
+      TA_CHECK_ARG(nd.parent >= 0 && nd.parent < n, node_name(i) + ".parent",
+                   "unknown parent index ", nd.parent);
+      ix.children[nd.parent].push_back(i);
+    }
+  }
+  ix.preorder = detail::preorder_of(tree);
+  for (int32_t v : ix.preorder) {
+    const int32_t p = tree.nodes[v].parent;
+    if (p != kNoParent) {
+      ix.depth[v] = ix.depth[p] + 1;
+      ix.start[v] = ix.start[p] + tree.nodes[p].tokens;
+    }
+  }
+  for (int32_t q = 0; q < tree.num_queries(); ++q) {
+    for (int32_t v : query_path(tree, q)) ix.queries_below[v].push_back(q);
+  }
+  return ix;
+}
+
+std::vector<int32_t> query_path(const PrefixTree& tree, int32_t q) {
+  TA_CHECK_ARG(q >= 0 && q < tree.num_queries(), "q", "query index ", q, " out of range [0, ",
+               tree.num_queries(), ")");
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  std::vector<int32_t> path;
+  int32_t v = tree.query_node[q];
+  TA_CHECK_ARG(v >= 0 && v < n, detail::concat("query ", q), "unknown node index ", v);
+  while (v != kNoParent) {
+    TA_CHECK_ARG(v >= 0 && v < n && static_cast<int32_t>(path.size()) < n,
+                 detail::concat("query ", q), "path is broken or cyclic at node index ", v);
+    path.push_back(v);
+    v = tree.nodes[v].parent;
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+int64_t query_context(const PrefixTree& tree, int32_t q) {
+  int64_t sum = 0;
+  for (int32_t v : query_path(tree, q)) sum += tree.nodes[v].tokens;
+  return sum;
+}
+
+int64_t unique_tokens(const PrefixTree& tree) {
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  std::vector<char> used(n, 0);
+  int64_t sum = 0;
+  for (int32_t q = 0; q < tree.num_queries(); ++q) {
+    int32_t v = tree.query_node[q];
+    int32_t steps = 0;
+    while (v != kNoParent && v >= 0 && v < n && !used[v] && steps++ <= n) {
+      used[v] = 1;
+      sum += tree.nodes[v].tokens;
+      v = tree.nodes[v].parent;
+    }
+  }
+  return sum;
+}
+
+}  // namespace treeattn

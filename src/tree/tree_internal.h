@@ -1,0 +1,53 @@
+// Internal helpers shared by the files of src/tree/: assembling a PrefixTree from a parent
+// array with the vLLM page layout, a deterministic RNG helper and size limits. Not installed.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "treeattn/tree/builders.h"
+#include "treeattn/tree/prefix_tree.h"
+
+namespace treeattn::detail {
+
+/// Most pages a builder lays out by itself (JSON without "pages", levels, generators): keeps a
+/// hostile input from allocating gigabytes.
+inline constexpr int64_t kMaxBuilderPages = int64_t{1} << 24;
+/// Most nodes a level spec may describe.
+inline constexpr int64_t kMaxLevelNodes = int64_t{1} << 22;
+
+/// Builds a tree from `parents[i]` (kNoParent or an index < i), `tokens[i]` >= 1 and the node of
+/// every query. Node ids are the indices. page_offset = absolute start % page_size; every node gets
+/// fresh pages, allocated in preorder (contiguous) or with ids permuted by `seed` (shuffled);
+/// num_pages = pages used + `spare_pages`, and the spare ids go to free_pages.
+PrefixTree assemble_tree(const std::vector<int32_t>& parents, const std::vector<int32_t>& tokens,
+                         const std::vector<int32_t>& query_nodes, int32_t page_size,
+                         PageLayout layout, uint64_t seed, int32_t spare_pages = 0);
+
+/// Live nodes in preorder (children in index order), iteratively; nodes on a cycle are skipped.
+std::vector<int32_t> preorder_of(const PrefixTree& tree);
+
+/// Uniform integer in [lo, hi] from a 64-bit generator (portable, unlike std distributions).
+inline int64_t rand_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+  return lo + static_cast<int64_t>(span == 0 ? rng() : rng() % span);
+}
+/// Uniform double in [0, 1).
+inline double rand_unit(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+}
+/// Portable Fisher-Yates shuffle.
+template <typename T>
+void shuffle_vec(std::vector<T>& v, std::mt19937_64& rng) {
+  for (size_t i = v.size(); i > 1; --i) {
+    const size_t j = static_cast<size_t>(rng() % i);
+    std::swap(v[i - 1], v[j]);
+  }
+}
+
+/// ceil(a / b) for a >= 0, b >= 1.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace treeattn::detail

@@ -1,0 +1,198 @@
+// The query and node planners end to end on the CPU: check_coverage() passes and the float32
+// executor matches the float64 oracle on every element (out and lse) for random trees (deep
+// chains, fan-out, one-token nodes, many roots, internal queries), a few workload lines, GQA
+// ratios 1, 4, 7, 16, 32 (MQA), head dims 64/128/256, fp16 and bf16 inputs; plus the executor's
+// query filter and its detection of empty rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "treeattn/cpu/reference.h"
+#include "treeattn/plan/planner.h"
+#include "treeattn/tree/builders.h"
+#include "treeattn/tree/workloads.h"
+
+namespace treeattn {
+namespace {
+
+struct Shape {
+  int qo, kv, dim;
+};
+
+/// Plans `t`, checks coverage, runs executor and oracle on fresh inputs, compares every element.
+void check_planner(const PrefixTree& t, const std::string& planner, Shape s, uint64_t seed,
+                   bool bf16 = false, const std::vector<int32_t>& sample = {}) {
+  SCOPED_TRACE(planner + " heads " + std::to_string(s.qo) + "/" + std::to_string(s.kv) + " dim " +
+               std::to_string(s.dim) + " seed " + std::to_string(seed));
+  PlanOptions o;
+  o.planner = planner;
+  o.num_qo_heads = s.qo;
+  o.num_kv_heads = s.kv;
+  o.head_dim = s.dim;
+  const Plan plan = make_plan(t, o);
+  ASSERT_NO_THROW(check_coverage(t, plan));
+  const RandomInputs data = random_inputs(t, s.qo, s.kv, s.dim, bf16, seed);
+  HostAttentionInputs in;
+  in.num_qo_heads = s.qo;
+  in.num_kv_heads = s.kv;
+  in.head_dim = s.dim;
+  in.q = data.q.data();
+  in.k = data.k.data();
+  in.v = data.v.data();
+  const size_t n = static_cast<size_t>(t.num_queries()) * s.qo * s.dim;
+  std::vector<double> ref(n, 0.0), ref_lse(static_cast<size_t>(t.num_queries()) * s.qo, 0.0);
+  reference_attention(t, in, sample, ref.data(), ref_lse.data());
+  std::vector<float> out(n, NAN), lse(ref_lse.size(), NAN);  // poisoned
+  execute_plan_cpu(plan, in, sample, out.data(), lse.data());
+  std::vector<int32_t> qs = sample;
+  if (qs.empty())
+    for (int32_t q = 0; q < t.num_queries(); ++q) qs.push_back(q);
+  double max_ref = 0;
+  for (const int32_t q : qs)
+    for (int64_t i = 0; i < s.qo * s.dim; ++i)
+      max_ref = std::max(max_ref, std::fabs(ref[q * s.qo * s.dim + i]));
+  ASSERT_GT(max_ref, 0);
+  int bad = 0;
+  for (const int32_t q : qs) {
+    for (int64_t i = q * s.qo * s.dim; i < (q + 1) * s.qo * s.dim && bad < 5; ++i) {
+      const double err = std::fabs(out[i] - ref[i]);
+      if (!(err <= 2e-5 * max_ref + 1e-6)) {  // NaN fails
+        ADD_FAILURE() << "query " << q << " element " << i << ": " << out[i] << " vs " << ref[i];
+        ++bad;
+      }
+    }
+    for (int64_t h = 0; h < s.qo; ++h) {
+      const int64_t i = q * s.qo + h;
+      if (!(std::fabs(lse[i] - ref_lse[i]) <= 2e-5 * (1 + std::fabs(ref_lse[i])))) {
+        ADD_FAILURE() << "query " << q << " head " << h << " lse " << lse[i] << " vs "
+                      << ref_lse[i];
+        ++bad;
+      }
+    }
+  }
+  if (!sample.empty()) {  // rows outside the sample are left untouched (still NaN)
+    std::vector<char> in_sample(t.num_queries(), 0);
+    for (const int32_t q : sample) in_sample[q] = 1;
+    for (int32_t q = 0; q < t.num_queries(); ++q)
+      if (!in_sample[q]) EXPECT_TRUE(std::isnan(out[static_cast<size_t>(q) * s.qo * s.dim]));
+  }
+}
+
+RandomTreeOptions small_opts() {
+  RandomTreeOptions r;
+  r.max_nodes = 24;
+  r.max_queries = 12;
+  r.max_tokens_per_node = 140;
+  return r;
+}
+
+TEST(CpuExecutor, RandomTreesQueryAndNode) {
+  const Shape shapes[] = {{4, 4, 64}, {8, 2, 64}, {28, 4, 64}, {16, 1, 64}, {32, 1, 64}};
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const PrefixTree t = random_tree(seed, small_opts());
+    const Shape s = shapes[seed % 5];
+    check_planner(t, "query", s, seed);
+    check_planner(t, "node", s, seed + 1000);
+  }
+}
+
+TEST(CpuExecutor, HeadDimsAndBf16) {
+  const PrefixTree t = random_tree(77, small_opts());
+  for (const int dim : {64, 128, 256}) {
+    check_planner(t, "node", {8, 2, dim}, dim);
+    check_planner(t, "query", {7, 1, dim}, dim + 1, /*bf16=*/true);
+  }
+}
+
+TEST(CpuExecutor, PageSizesAndTileEdges) {
+  for (const int page : {1, 16, 32}) {
+    const std::string spec = "N=1,3,5 C=127,17,129 heads=8/2 page=" + std::to_string(page);
+    const PrefixTree t = tree_from_levels(parse_levels(spec), PageLayout::kShuffled, 3);
+    check_planner(t, "query", {8, 2, 64}, page);
+    check_planner(t, "node", {8, 2, 64}, page + 1);
+  }
+}
+
+TEST(CpuExecutor, QuerySplitKvAndNodeRowCaps) {
+  // 2 queries x 1 KV head -> the query planner splits each ~4.3K-token path into chunks.
+  const PrefixTree t = tree_from_levels(parse_levels("N=1,2 C=4000,300"));
+  PlanOptions o;
+  o.planner = "query";
+  o.num_qo_heads = 4;
+  o.num_kv_heads = 1;
+  o.head_dim = 64;
+  const Plan p = make_plan(t, o);
+  EXPECT_GT(p.items.size(), 2u);
+  EXPECT_GT(p.num_slots, 0);
+  for (const WorkItem& it : p.items) EXPECT_GE(it.kv_tokens, 256);
+  check_planner(t, "query", {4, 1, 64}, 5);
+  // 40 queries under one root with group 16: at most 8 queries per item.
+  const PrefixTree wide = tree_from_levels(parse_levels("N=1,40 C=100,20"));
+  o.planner = "node";
+  o.num_qo_heads = 16;
+  const Plan pn = make_plan(wide, o);
+  for (const WorkItem& it : pn.items) EXPECT_LE(it.num_rows * 16, 128);
+  check_planner(wide, "node", {16, 1, 64}, 6);
+}
+
+TEST(CpuExecutor, WorkloadLinesSampled) {
+  for (const char* key : {"fasttree:0", "pat:17", "deft:0"}) {
+    Workload w = find_workload(key);
+    const PrefixTree t = build_workload(w, PageLayout::kShuffled, 1);
+    std::vector<int32_t> sample;
+    for (int32_t q = 0; q < t.num_queries(); q += std::max(1, t.num_queries() / 5))
+      sample.push_back(q);
+    check_planner(t, "node", {4, 1, 64}, 11, false, sample);
+    check_planner(t, "query", {4, 1, 64}, 12, false, sample);
+  }
+}
+
+TEST(CpuExecutor, EmptyFinalRowIsAPlannerBug) {
+  const PrefixTree t = tree_from_levels(parse_levels("N=1,2 C=40,20"));
+  PlanOptions o;
+  o.planner = "query";
+  o.num_qo_heads = 4;
+  o.num_kv_heads = 1;
+  o.head_dim = 64;
+  Plan p = make_plan(t, o);
+  // Mask every range away from every row: rows see no token.
+  p.masks.assign(p.ranges.size(), 0);
+  for (WorkItem& it : p.items) it.mask_begin = it.range_begin;
+  const RandomInputs d = random_inputs(t, 4, 1, 64, false, 1);
+  HostAttentionInputs in;
+  in.num_qo_heads = 4;
+  in.num_kv_heads = 1;
+  in.head_dim = 64;
+  in.q = d.q.data();
+  in.k = d.k.data();
+  in.v = d.v.data();
+  std::vector<float> out(2 * 4 * 64);
+  EXPECT_THROW(execute_plan_cpu(p, in, out.data(), nullptr), std::logic_error);
+  in.num_kv_heads = 2;
+  in.num_qo_heads = 8;
+  EXPECT_THROW(execute_plan_cpu(p, in, out.data(), nullptr), std::invalid_argument);
+}
+
+TEST(CpuExecutor, RandomInputsAreFreshAndRounded) {
+  const PrefixTree t = tree_from_levels(parse_levels("N=1,2 C=40,20"));
+  const RandomInputs a = random_inputs(t, 4, 1, 64, false, 1);
+  const RandomInputs b = random_inputs(t, 4, 1, 64, false, 2);
+  const RandomInputs a2 = random_inputs(t, 4, 1, 64, false, 1);
+  EXPECT_EQ(a.k.size(), static_cast<size_t>(t.num_pages) * t.page_size * 64);
+  EXPECT_EQ(a.q.size(), 2u * 4 * 64);
+  EXPECT_NE(a.k, b.k);
+  EXPECT_EQ(a.k, a2.k);
+  int zeros = 0;
+  for (const float x : a.v) {
+    EXPECT_GE(x, -1.f);
+    EXPECT_LE(x, 1.f);
+    zeros += x == 0.f;
+  }
+  EXPECT_LT(zeros, 10);
+}
+
+}  // namespace
+}  // namespace treeattn

@@ -1,0 +1,359 @@
+// Tests of the plan core: tile classes, validate_plan() and check_coverage() catching planted
+// bugs, plan_layout()/pack_plan() round trip, cost-model sanity, device presets, make_plan()
+// argument errors, and the fp16/bf16 rounding helpers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../../src/plan/plan_builder.h"
+#include "treeattn/common/half.h"
+#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/planner.h"
+#include "treeattn/tree/builders.h"
+
+namespace treeattn {
+namespace {
+
+PrefixTree small_tree() {  // root of 40 tokens, 4 children of 20 (pages contiguous, P = 16)
+  return tree_from_levels(parse_levels("N=1,4 C=40,20 heads=8/2"));
+}
+
+PlanOptions opts_for(const std::string& planner, int qo = 8, int kv = 2, int dim = 64) {
+  PlanOptions o;
+  o.planner = planner;
+  o.num_qo_heads = qo;
+  o.num_kv_heads = kv;
+  o.head_dim = dim;
+  return o;
+}
+
+/// One item per query over its path, with `edit` applied to each item's ranges first.
+template <typename Edit>
+Plan manual_plan(const PrefixTree& t, Edit edit) {
+  Plan plan = planners::begin_plan(t, opts_for("query"), "manual");
+  std::vector<int32_t> base(t.nodes.size(), -1);
+  for (int32_t q = 0; q < t.num_queries(); ++q) {
+    std::vector<KvRange> ranges;
+    const std::vector<int32_t> path = query_path(t, q);
+    planners::append_path_ranges(t, path, 0, query_context(t, q), &plan, &base, &ranges);
+    edit(q, &ranges, &plan, &base);
+    planners::add_item(&plan, {q}, ranges);
+  }
+  planners::assign_slots(&plan);
+  finalize_plan(&plan);
+  return plan;
+}
+
+TEST(PlanCore, TileClassForRows) {
+  EXPECT_EQ(tile_class_for_rows(1), TileClass::kM16);
+  EXPECT_EQ(tile_class_for_rows(16), TileClass::kM16);
+  EXPECT_EQ(tile_class_for_rows(17), TileClass::kM64);
+  EXPECT_EQ(tile_class_for_rows(64), TileClass::kM64);
+  EXPECT_EQ(tile_class_for_rows(65), TileClass::kM128);
+  EXPECT_EQ(tile_class_for_rows(128), TileClass::kM128);
+  EXPECT_THROW(tile_class_for_rows(129), std::invalid_argument);
+  EXPECT_THROW(tile_class_for_rows(0), std::invalid_argument);
+}
+
+TEST(PlanCore, ManualPlanPassesChecks) {
+  const PrefixTree t = small_tree();
+  const Plan p = manual_plan(t, [](int, auto*, auto*, auto*) {});
+  EXPECT_NO_THROW(validate_plan(p));
+  EXPECT_NO_THROW(check_coverage(t, p));
+  EXPECT_EQ(p.num_slots, 0);
+}
+
+TEST(PlanCore, CoverageCatchesTokenCoveredTwice) {
+  const PrefixTree t = small_tree();
+  const Plan p = manual_plan(t, [&](int q, std::vector<KvRange>* r, Plan* plan, auto* base) {
+    if (q == 2) r->push_back(make_range(t, query_path(t, q)[0], 10, 11, plan, base));
+  });
+  EXPECT_NO_THROW(validate_plan(p));
+  EXPECT_THROW(check_coverage(t, p), std::logic_error);
+}
+
+TEST(PlanCore, CoverageCatchesMissingToken) {
+  const PrefixTree t = small_tree();
+  const Plan p = manual_plan(t, [&](int q, std::vector<KvRange>* r, Plan* plan, auto* base) {
+    if (q == 1) (*r)[0] = make_range(t, query_path(t, q)[0], 1, 40, plan, base);
+  });
+  EXPECT_THROW(check_coverage(t, p), std::logic_error);
+  const Plan p2 = manual_plan(t, [&](int q, std::vector<KvRange>* r, Plan* plan, auto* base) {
+    if (q == 3) r->back() = make_range(t, query_path(t, q).back(), 0, 19, plan, base);
+  });
+  EXPECT_THROW(check_coverage(t, p2), std::logic_error);
+}
+
+TEST(PlanCore, CoverageCatchesNodeOffPath) {
+  const PrefixTree t = small_tree();
+  const Plan p = manual_plan(t, [&](int q, std::vector<KvRange>* r, Plan* plan, auto* base) {
+    if (q == 0) r->push_back(make_range(t, query_path(t, 1).back(), 0, 20, plan, base));
+  });
+  EXPECT_THROW(check_coverage(t, p), std::logic_error);
+}
+
+TEST(PlanCore, CoverageCatchesWrongPages) {
+  const PrefixTree t = small_tree();
+  Plan p = manual_plan(t, [](int, auto*, auto*, auto*) {});
+  ASSERT_GE(p.page_ids.size(), 2u);
+  std::swap(p.page_ids[0], p.page_ids[1]);  // ranges now read the root's pages out of order
+  EXPECT_THROW(check_coverage(t, p), std::logic_error);
+}
+
+TEST(PlanCore, CoverageHonoursMasks) {
+  const PrefixTree t = small_tree();
+  // One item holding every query over every node; a mask gives each query its own path.
+  Plan plan = planners::begin_plan(t, opts_for("node"), "masked");
+  std::vector<int32_t> base(t.nodes.size(), -1);
+  const TreeIndex idx = build_index(t);
+  std::vector<KvRange> ranges;
+  std::vector<uint64_t> masks;
+  std::vector<int32_t> qs;
+  for (int32_t q = 0; q < t.num_queries(); ++q) qs.push_back(q);
+  for (const int32_t n : idx.preorder) {
+    ranges.push_back(make_range(t, n, 0, t.nodes[n].tokens, &plan, &base));
+    uint64_t m = 0;
+    for (const int32_t q : idx.queries_below[n]) m |= 1ull << q;
+    masks.push_back(m);
+  }
+  planners::add_item(&plan, qs, ranges, &masks);
+  planners::assign_slots(&plan);
+  finalize_plan(&plan);
+  EXPECT_NO_THROW(check_coverage(t, plan));
+  // Range 1 is a leaf: hide it from the query below it (missing tokens) ...
+  const int32_t leaf = idx.preorder[1];
+  ASSERT_EQ(idx.queries_below[leaf].size(), 1u);
+  const int32_t q_in = idx.queries_below[leaf][0], q_out = q_in == 0 ? 1 : 0;
+  Plan missing = plan;
+  missing.masks[1] &= ~(1ull << q_in);
+  EXPECT_THROW(check_coverage(t, missing), std::logic_error);
+  // ... or show it to a query whose path does not hold it.
+  Plan extra = plan;
+  extra.masks[1] |= 1ull << q_out;
+  EXPECT_THROW(check_coverage(t, extra), std::logic_error);
+}
+
+TEST(PlanCore, ValidateCatchesSlotWrittenTwice) {
+  const PrefixTree t = small_tree();
+  Plan p = make_plan(t, opts_for("node"));
+  ASSERT_GT(p.num_slots, 1);
+  int a = -1, b = -1;
+  for (size_t r = 0; r < p.rows.size(); ++r)
+    if (p.rows[r].slot != kFinalOutput) (a < 0 ? a : b) = static_cast<int>(r);
+  ASSERT_GE(b, 0);
+  p.rows[b].slot = p.rows[a].slot;
+  EXPECT_THROW(validate_plan(p), std::logic_error);
+  EXPECT_THROW(check_coverage(t, p), std::logic_error);
+}
+
+TEST(PlanCore, ValidateCatchesInconsistencies) {
+  const PrefixTree t = small_tree();
+  const Plan good = make_plan(t, opts_for("node"));
+  EXPECT_NO_THROW(validate_plan(good));
+  Plan p = good;
+  p.items[0].kv_tokens += 1;
+  EXPECT_THROW(validate_plan(p), std::logic_error);
+  p = good;
+  p.class_begin[kNumTileClasses] += 1;
+  EXPECT_THROW(validate_plan(p), std::logic_error);
+  p = good;
+  p.merge_slots.pop_back();
+  EXPECT_THROW(validate_plan(p), std::logic_error);
+  p = good;
+  p.rows[0].query = t.num_queries();
+  EXPECT_THROW(validate_plan(p), std::logic_error);
+  p = good;  // a final-output row for a query that also has partials
+  for (PlanRow& r : p.rows)
+    if (r.slot != kFinalOutput) {
+      r.slot = kFinalOutput;
+      break;
+    }
+  EXPECT_THROW(validate_plan(p), std::logic_error);
+  p = good;
+  p.ranges[0].page_offset = t.page_size;
+  EXPECT_THROW(validate_plan(p), std::logic_error);
+}
+
+TEST(PlanLayout, RoundTrip) {
+  const PrefixTree t = small_tree();
+  Plan p = make_plan(t, opts_for("node"));
+  p.masks = {0x3, 0x1};  // exercise the mask array even though no item uses it
+  const PlanLayout L = plan_layout(p);
+  const int64_t offs[] = {L.header_off,     L.items_off,     L.rows_off,         L.ranges_off,
+                          L.page_ids_off,   L.masks_off,     L.merge_indptr_off, L.merge_slots_off,
+                          L.metadata_bytes, L.partial_o_off, L.partial_lse_off,  L.total_bytes};
+  for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); ++i) {
+    EXPECT_EQ(offs[i] % 256, 0) << i;
+    if (i > 0) EXPECT_LE(offs[i - 1], offs[i]) << i;
+  }
+  EXPECT_GE(L.total_bytes - L.partial_o_off,
+            static_cast<int64_t>(p.num_slots) * 8 * 64 * 4 + p.num_slots * 8 * 4);
+  std::vector<char> buf(L.metadata_bytes, 0x5a);
+  pack_plan(p, L, buf.data());
+  DeviceHeader h;
+  std::memcpy(&h, buf.data() + L.header_off, sizeof(h));
+  for (int c = 0; c <= kNumTileClasses; ++c) EXPECT_EQ(h.class_begin[c], p.class_begin[c]);
+  EXPECT_EQ(h.num_queries, p.shape.num_queries);
+  EXPECT_EQ(h.num_slots, p.num_slots);
+  for (size_t i = 0; i < p.items.size(); ++i) {
+    DeviceItem d;
+    std::memcpy(&d, buf.data() + L.items_off + i * sizeof(DeviceItem), sizeof(d));
+    EXPECT_EQ(d.row_begin, p.items[i].row_begin);
+    EXPECT_EQ(d.num_rows, p.items[i].num_rows);
+    EXPECT_EQ(d.range_begin, p.items[i].range_begin);
+    EXPECT_EQ(d.num_ranges, p.items[i].num_ranges);
+    EXPECT_EQ(d.mask_begin, p.items[i].mask_begin);
+    EXPECT_EQ(d.kv_tokens, p.items[i].kv_tokens);
+    int32_t tb = 0;
+    for (int32_t j = 0; j < d.num_ranges; ++j) {
+      DeviceRange r;
+      std::memcpy(&r, buf.data() + L.ranges_off + (d.range_begin + j) * sizeof(DeviceRange),
+                  sizeof(r));
+      const KvRange& g = p.ranges[d.range_begin + j];
+      EXPECT_EQ(r.page_begin, g.page_begin);
+      EXPECT_EQ(r.page_offset, g.page_offset);
+      EXPECT_EQ(r.len, g.len);
+      EXPECT_EQ(r.token_begin, tb);
+      tb += g.len;
+    }
+  }
+  for (size_t r = 0; r < p.rows.size(); ++r) {
+    int32_t qs[2];
+    std::memcpy(qs, buf.data() + L.rows_off + r * 8, 8);
+    EXPECT_EQ(qs[0], p.rows[r].query);
+    EXPECT_EQ(qs[1], p.rows[r].slot);
+  }
+  EXPECT_EQ(0, std::memcmp(buf.data() + L.page_ids_off, p.page_ids.data(), p.page_ids.size() * 4));
+  EXPECT_EQ(0, std::memcmp(buf.data() + L.masks_off, p.masks.data(), p.masks.size() * 8));
+  EXPECT_EQ(0, std::memcmp(buf.data() + L.merge_indptr_off, p.merge_indptr.data(),
+                           p.merge_indptr.size() * 4));
+  EXPECT_EQ(0, std::memcmp(buf.data() + L.merge_slots_off, p.merge_slots.data(),
+                           p.merge_slots.size() * 4));
+}
+
+TEST(PlanLayout, HeadroomAndCapacityErrors) {
+  const PrefixTree small = small_tree();
+  const PrefixTree big = tree_from_levels(parse_levels("N=1,16 C=64,40"));
+  const Plan ps = make_plan(small, opts_for("node"));
+  const Plan pb = make_plan(big, opts_for("node"));
+  const PlanLayout L = plan_layout(ps);
+  std::vector<char> buf(L.metadata_bytes);
+  EXPECT_THROW(pack_plan(pb, L, buf.data()), std::invalid_argument);
+  const PlanLayout H = plan_layout(ps, 1.5);
+  EXPECT_GE(H.rows, static_cast<int64_t>(ps.rows.size() * 1.5));
+  EXPECT_GE(H.slots, static_cast<int64_t>(ps.num_slots * 1.5));
+  EXPECT_GE(H.total_bytes, L.total_bytes);
+  EXPECT_THROW(plan_layout(ps, 0.5), std::invalid_argument);
+  // A layout sized for the big plan holds the small one.
+  const PlanLayout B = plan_layout(pb, 1.0);
+  std::vector<char> bb(B.metadata_bytes);
+  EXPECT_NO_THROW(pack_plan(ps, B, bb.data()));
+}
+
+TEST(CostModel, MonotoneAndSane) {
+  const DeviceInfo dev = device_preset("h200");
+  PlanShape s;
+  double prev = 0;
+  for (int64_t kv : {64, 256, 1024, 4096, 65536}) {
+    const ItemCost c = estimate_item(dev, s, TileClass::kM16, 4, kv, false);
+    EXPECT_GT(c.us, prev);
+    EXPECT_GT(c.bytes, 0);
+    EXPECT_GE(c.us, dev.item_overhead_us);
+    prev = c.us;
+  }
+  const ItemCost a = estimate_item(dev, s, TileClass::kM64, 32, 4096, false);
+  const ItemCost b = estimate_item(dev, s, TileClass::kM64, 64, 4096, false);
+  const ItemCost pa = estimate_item(dev, s, TileClass::kM64, 32, 4096, true);
+  EXPECT_LE(a.us, b.us);
+  EXPECT_LT(a.flops, b.flops);
+  EXPECT_GT(pa.bytes, a.bytes);
+  // kM16 pads to 16 rows: 4 and 16 rows issue the same FLOPs.
+  EXPECT_EQ(estimate_item(dev, s, TileClass::kM16, 4, 512, false).flops,
+            estimate_item(dev, s, TileClass::kM16, 16, 512, false).flops);
+
+  const PrefixTree t = tree_from_levels(parse_levels("N=1,32 C=2048,64"));
+  PlanOptions o = opts_for("node", 32, 8, 128);
+  const Plan p = make_plan(t, o);
+  const double h200 = estimate_plan_us(device_preset("h200"), p);
+  const double a100 = estimate_plan_us(device_preset("a100"), p);
+  EXPECT_GT(h200, 0);
+  EXPECT_LT(h200, a100);
+  EXPECT_EQ(h200, estimate_plan_us(device_preset("h200"), p));  // deterministic
+  const PrefixTree t2 = tree_from_levels(parse_levels("N=1,32 C=8192,64"));
+  EXPECT_LT(h200, estimate_plan_us(device_preset("h200"), make_plan(t2, o)));
+  const PlanStats st = plan_stats(t, p, dev);
+  EXPECT_EQ(st.redundant_kv_bytes, 0);  // 32 queries x group 4 fit one item per node
+  EXPECT_EQ(st.kv_bytes_read, unique_tokens(t) * 8 * 128 * 2 * 2);
+  EXPECT_GE(st.padding_fraction, 0.0);
+  EXPECT_LT(st.padding_fraction, 1.0);
+  EXPECT_EQ(st.ctas, st.items * 8);
+  const PlanStats sq = plan_stats(t, make_plan(t, opts_for("query", 32, 8, 128)), dev);
+  EXPECT_GT(sq.redundant_kv_bytes, 0);  // query-centric re-reads the shared prefix
+}
+
+TEST(DeviceInfo, Presets) {
+  EXPECT_EQ(device_preset("A100").num_sms, 108);
+  EXPECT_EQ(device_preset("h100").num_sms, 132);
+  EXPECT_DOUBLE_EQ(device_preset("h100").hbm_read_GBps, 3040.0);
+  EXPECT_DOUBLE_EQ(device_preset("h200").hbm_read_GBps, 4200.0);
+  EXPECT_EQ(device_preset("a100").smem_per_sm_bytes, 164 * 1024);
+  try {
+    device_preset("v100");
+    ADD_FAILURE() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("device"), std::string::npos);
+  }
+}
+
+void expect_arg_error(const PrefixTree& t, const PlanOptions& o, const std::string& name) {
+  try {
+    make_plan(t, o);
+    ADD_FAILURE() << "no throw for " << name;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(name, 0), 0u) << e.what();
+  }
+}
+
+TEST(MakePlan, ArgumentErrorsNameTheArgument) {
+  const PrefixTree t = small_tree();
+  expect_arg_error(t, opts_for("nope"), "planner");
+  expect_arg_error(t, opts_for("node", 0, 1), "num_qo_heads");
+  expect_arg_error(t, opts_for("node", 8, 0), "num_kv_heads");
+  expect_arg_error(t, opts_for("node", 8, 3), "num_kv_heads");
+  expect_arg_error(t, opts_for("node", 8, 2, 96), "head_dim");
+  expect_arg_error(t, opts_for("node", 256, 1), "num_qo_heads");
+  EXPECT_EQ(planner_names().size(), 8u);
+  EXPECT_EQ(planner_names()[0], "query");
+}
+
+TEST(Half, Fp16RoundTripAndRounding) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const uint16_t h = static_cast<uint16_t>(b);
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // NaN
+    ASSERT_EQ(float_to_half_bits(half_bits_to_float(h)), h) << b;
+  }
+  EXPECT_EQ(round_to_fp16(65504.f), 65504.f);
+  EXPECT_TRUE(std::isinf(round_to_fp16(65520.f)));
+  EXPECT_EQ(round_to_fp16(65519.f), 65504.f);
+  EXPECT_EQ(round_to_fp16(1.f + std::ldexp(1.f, -11)), 1.f);  // tie to even
+  EXPECT_EQ(round_to_fp16(1.f + 3 * std::ldexp(1.f, -11)), 1.f + std::ldexp(1.f, -9));
+  EXPECT_EQ(round_to_fp16(std::ldexp(1.f, -25)), 0.f);  // tie to even (0)
+  EXPECT_EQ(round_to_fp16(3 * std::ldexp(1.f, -26)), std::ldexp(1.f, -24));
+  EXPECT_EQ(round_to_fp16(-0.333333f), -0.33325195f);
+  EXPECT_TRUE(std::isnan(round_to_fp16(NAN)));
+  EXPECT_EQ(round_to_bf16(1.f + std::ldexp(1.f, -8)), 1.f);
+  EXPECT_EQ(round_to_bf16(1.f + 3 * std::ldexp(1.f, -8)), 1.f + std::ldexp(1.f, -6));
+  EXPECT_TRUE(std::isnan(round_to_bf16(NAN)));
+  for (uint32_t b = 0; b < 65536; b += 7) {
+    const uint16_t h = static_cast<uint16_t>(b);
+    if ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) continue;
+    ASSERT_EQ(float_to_bf16_bits(bf16_bits_to_float(h)), h);
+  }
+}
+
+}  // namespace
+}  // namespace treeattn

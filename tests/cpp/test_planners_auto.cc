@@ -1,0 +1,166 @@
+// auto's guarantee and the cost-model helpers the planners use: auto's estimated makespan is at
+// most the best other planner's on every embedded workload line (H200 and H100 presets);
+// fast_plan_us equals estimate_plan_us; the paper planners keep their defining structure
+// (flatten's equal blocks and masks, fasttree's tile phases, PAT's packing rule, forge's profile
+// table).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../../src/plan/forge_profile.h"
+#include "../../src/plan/planner_util.h"
+#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/planner.h"
+#include "treeattn/tree/builders.h"
+#include "treeattn/tree/workloads.h"
+
+namespace treeattn {
+namespace {
+
+PlanOptions options_for(const LevelSpec& spec, const std::string& planner, const char* dev) {
+  PlanOptions o;
+  o.planner = planner;
+  o.num_qo_heads = spec.shape.num_qo_heads > 0 ? spec.shape.num_qo_heads : 32;
+  o.num_kv_heads = spec.shape.num_kv_heads > 0 ? spec.shape.num_kv_heads : 8;
+  o.head_dim = spec.shape.head_dim > 0 ? spec.shape.head_dim : 128;
+  o.device = device_preset(dev);
+  return o;
+}
+
+TEST(PlannersAuto, NeverWorseThanTheBestOtherPlanner) {
+  for (const char* dev : {"h200", "h100"}) {
+    for (const Workload& w : workload_set("all")) {
+      const PrefixTree tree = build_workload(w);
+      double best_other = 1e300;
+      std::string best_name;
+      for (const std::string& p : planner_names()) {
+        if (p == "auto") continue;
+        PlanOptions o = options_for(w.spec, p, dev);
+        const double us = estimate_plan_us(o.device, make_plan(tree, o));
+        if (us < best_other) {
+          best_other = us;
+          best_name = p;
+        }
+      }
+      const PlanOptions o = options_for(w.spec, "auto", dev);
+      const Plan plan = make_plan(tree, o);
+      EXPECT_EQ(plan.planner, "auto");
+      const double us = estimate_plan_us(o.device, plan);
+      EXPECT_LE(us, best_other * (1 + 1e-12))
+          << dev << " " << w.set << ": " << w.name << " auto " << us << " us vs " << best_name
+          << " " << best_other << " us";
+    }
+  }
+}
+
+TEST(PlannersAuto, FastPlanEstimateEqualsCostModel) {
+  RandomTreeOptions ro;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    const PrefixTree tree = random_tree(seed, ro);
+    for (const char* dev : {"h200", "a100"}) {
+      for (const auto& [qo, kv] : std::vector<std::pair<int, int>>{{32, 8}, {32, 32}, {28, 4}}) {
+        PlanOptions o;
+        o.num_qo_heads = qo;
+        o.num_kv_heads = kv;
+        o.device = device_preset(dev);
+        for (const std::string& p : {"query", "pat", "flatten"}) {
+          o.planner = p;
+          const Plan plan = make_plan(tree, o);
+          const double a = estimate_plan_us(o.device, plan);
+          const double b = planners::fast_plan_us(o.device, plan);
+          EXPECT_NEAR(a, b, 1e-9 * a) << p << " " << dev << " seed " << seed;
+        }
+      }
+    }
+  }
+}
+
+TEST(PlannersStructure, FlattenBlocksAreEqualAndMasked) {
+  const PrefixTree tree =
+      tree_from_levels(parse_levels("N=1,8,64 C=600,90,30 heads=32/8"), PageLayout::kShuffled, 1);
+  PlanOptions o;
+  o.planner = "flatten";
+  const Plan plan = make_plan(tree, o);
+  // Every item reads at most one block (items with masks may skip slices none of their rows see).
+  const int32_t block = planners::even_block_tokens(unique_tokens(tree), o);
+  bool masked = false;
+  int32_t full_blocks = 0;
+  for (const WorkItem& it : plan.items) {
+    EXPECT_LE(it.kv_tokens, block);
+    full_blocks += it.kv_tokens == block;
+    if (it.mask_begin >= 0) {
+      masked = true;
+      EXPECT_LE(it.num_rows, kMaxMaskedRows);
+    }
+  }
+  EXPECT_TRUE(masked);
+  EXPECT_GT(full_blocks, 0);
+  EXPECT_GE(plan.items.size(), static_cast<size_t>(unique_tokens(tree) / block));
+}
+
+TEST(PlannersStructure, FastTreeUsesTwoTilePhases) {
+  const PrefixTree tree = tree_from_levels(parse_levels("N=1,256 C=256,32 heads=32/8"));
+  PlanOptions o;
+  o.planner = "fasttree";
+  const Plan plan = make_plan(tree, o);
+  for (const WorkItem& it : plan.items) {
+    EXPECT_NE(it.tile, TileClass::kM128);
+    EXPECT_LE(it.num_rows * 4, tile_rows(it.tile));
+  }
+  EXPECT_GT(plan.class_begin[1], 0);                    // kM16 phase (leaves)
+  EXPECT_GT(plan.class_begin[2], plan.class_begin[1]);  // kM64 phase (the shared root)
+}
+
+TEST(PlannersStructure, PatMergesShortParentsAndSplitsLongOnes) {
+  PlanOptions o;
+  o.planner = "pat";
+  // Root of 8 tokens with 4 one-query children: 4 * 1 < 8 keeps them apart (5 CTAs, mean KV
+  // 33.6, so each 40-token child is split in two by the long-KV split).
+  {
+    const PrefixTree tree = tree_from_levels(parse_levels("N=1,4 C=8,40 heads=32/8"));
+    const Plan plan = make_plan(tree, o);
+    for (const WorkItem& it : plan.items) EXPECT_EQ(it.num_ranges, 1);
+    EXPECT_EQ(plan.items.size(), 9u);
+  }
+  // A chain: the child holds all of the root's queries, so folding costs no extra read (extra =
+  // 0) and the whole path is one CTA.
+  {
+    const PrefixTree tree = tree_from_levels(parse_levels("N=1,1 C=4000,40 heads=32/8"));
+    const Plan plan = make_plan(tree, o);
+    EXPECT_EQ(plan.items.size(), 1u);
+    EXPECT_EQ(plan.items[0].num_ranges, 2);
+  }
+  // Root of 2 tokens: 4 * 1 > 2 merges every child: one CTA per query, no partials.
+  {
+    const PrefixTree tree = tree_from_levels(parse_levels("N=1,4 C=2,40 heads=32/8"));
+    const Plan plan = make_plan(tree, o);
+    EXPECT_EQ(plan.items.size(), 4u);
+    EXPECT_EQ(plan.num_slots, 0);
+  }
+}
+
+TEST(PlannersStructure, ForgeProfileParsesAndInterpolates) {
+  const std::string csv =
+      "# test\nhead_dim,packed_rows,kv_tokens,us\n"
+      "128,16,512,2\n128,16,1024,4\n128,64,512,3\n128,64,1024,7\n64,16,512,100\n";
+  const planners::ForgeProfile p = planners::parse_forge_profile(csv, 128);
+  ASSERT_FALSE(p.empty());
+  EXPECT_DOUBLE_EQ(p.lookup(16, 512), 2.0);
+  EXPECT_DOUBLE_EQ(p.lookup(64, 1024), 7.0);
+  EXPECT_DOUBLE_EQ(p.lookup(40, 768), 4.0);   // bilinear centre of (2, 4, 3, 7)
+  EXPECT_DOUBLE_EQ(p.lookup(16, 2048), 8.0);  // linear extrapolation along the KV
+  EXPECT_DOUBLE_EQ(p.lookup(1, 512), 2.0);    // rows clamped
+  EXPECT_TRUE(planners::parse_forge_profile(csv, 256).empty());
+  EXPECT_TRUE(planners::parse_forge_profile("head_dim,packed_rows,kv_tokens,us\n"
+                                            "128,16,512,2\n128,64,1024,7\n",
+                                            128)
+                  .empty());  // incomplete grid
+  EXPECT_THROW(planners::parse_forge_profile("head_dim,packed_rows,kv_tokens,us\n1,2\n", 128),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace treeattn

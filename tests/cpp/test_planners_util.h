@@ -1,0 +1,96 @@
+// Helpers shared by the planner tests: the planner list, GQA shapes, and a float64 check of a
+// plan on the CPU executor for a sample of queries.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "treeattn/cpu/reference.h"
+#include "treeattn/plan/planner.h"
+#include "treeattn/tree/prefix_tree.h"
+
+namespace treeattn::testing_util {
+
+/// Every planner except auto, then auto.
+inline std::vector<std::string> all_planners() { return planner_names(); }
+
+struct Gqa {
+  int32_t qo, kv;
+};
+inline const std::vector<Gqa>& gqa_shapes() {
+  static const std::vector<Gqa> s = {{32, 8}, {32, 32}, {16, 1}, {28, 4}, {64, 8}};
+  return s;
+}
+
+/// Runs `plan` on the CPU executor for `sample` random queries (all when the tree has fewer) and
+/// checks every element of out and lse against the float64 oracle; NaN never passes.
+/// `inp` from random_inputs() for the plan's shape (generated once per tree and shape).
+inline void expect_plan_matches_reference(const PrefixTree& tree, const Plan& plan,
+                                          const RandomInputs& inp, int32_t sample, uint64_t seed) {
+  const PlanShape& s = plan.shape;
+  HostAttentionInputs in;
+  in.num_qo_heads = s.num_qo_heads;
+  in.num_kv_heads = s.num_kv_heads;
+  in.head_dim = s.head_dim;
+  in.q = inp.q.data();
+  in.k = inp.k.data();
+  in.v = inp.v.data();
+  std::vector<int32_t> qs;
+  const int32_t nq = tree.num_queries();
+  if (nq <= sample) {
+    for (int32_t q = 0; q < nq; ++q) qs.push_back(q);
+  } else {
+    std::mt19937_64 rng(seed);
+    std::vector<char> picked(nq, 0);
+    while (static_cast<int32_t>(qs.size()) < sample) {
+      const int32_t q = static_cast<int32_t>(rng() % static_cast<uint64_t>(nq));
+      if (!picked[q]) {
+        picked[q] = 1;
+        qs.push_back(q);
+      }
+    }
+  }
+  const int64_t row = static_cast<int64_t>(s.num_qo_heads) * s.head_dim;
+  std::vector<double> ref(nq * row, 0.0), ref_lse(static_cast<size_t>(nq) * s.num_qo_heads, 0.0);
+  std::vector<float> out(nq * row, std::nanf("")), lse(ref_lse.size(), std::nanf(""));
+  reference_attention(tree, in, qs, ref.data(), ref_lse.data());
+  execute_plan_cpu(plan, in, qs, out.data(), lse.data());
+  int64_t bad = 0;
+  for (const int32_t q : qs) {
+    for (int64_t i = q * row; i < (q + 1) * row; ++i) {
+      const double err = std::fabs(static_cast<double>(out[i]) - ref[i]);
+      if (!(err <= 2e-5 + 2e-4 * std::fabs(ref[i]))) {
+        if (++bad <= 3)
+          ADD_FAILURE() << plan.planner << ": query " << q << " out[" << i - q * row
+                        << "] = " << out[i] << ", float64 " << ref[i];
+      }
+    }
+    for (int64_t h = 0; h < s.num_qo_heads; ++h) {
+      const int64_t i = static_cast<int64_t>(q) * s.num_qo_heads + h;
+      const double err = std::fabs(static_cast<double>(lse[i]) - ref_lse[i]);
+      if (!(err <= 1e-4 + 1e-5 * std::fabs(ref_lse[i]))) {
+        if (++bad <= 3)
+          ADD_FAILURE() << plan.planner << ": query " << q << " lse head " << h << " = " << lse[i]
+                        << ", float64 " << ref_lse[i];
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << plan.planner << ": " << bad << " elements out of tolerance";
+}
+
+/// Same, generating the inputs.
+inline void expect_plan_matches_reference(const PrefixTree& tree, const Plan& plan, int32_t sample,
+                                          uint64_t seed) {
+  const PlanShape& s = plan.shape;
+  expect_plan_matches_reference(
+      tree, plan,
+      random_inputs(tree, s.num_qo_heads, s.num_kv_heads, s.head_dim, /*bf16=*/false, seed), sample,
+      seed);
+}
+
+}  // namespace treeattn::testing_util

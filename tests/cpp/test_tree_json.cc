@@ -1,0 +1,235 @@
+// JSON tree format: the issue's example, the example files in tests/data, exact round trips of
+// random trees, and reader errors (syntax, depth, integer ranges, paths naming the offender).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "test_tree_util.h"
+#include "treeattn/tree/builders.h"
+
+namespace treeattn {
+namespace {
+
+using testing_util::expect_invalid;
+
+const char* kIssueExample = R"({"page_size": 16, "heads": [32, 8], "head_dim": 128,
+ "nodes": [{"id": 0, "parent": null, "tokens": 4096},
+           {"id": 1, "parent": 0, "tokens": 256}],
+ "queries": [{"node": 1}, {"node": 1}]})";
+
+TEST(TreeJson, IssueExampleParses) {
+  const PrefixTree t = tree_from_json(kIssueExample);
+  EXPECT_EQ(t.page_size, 16);
+  EXPECT_EQ(t.shape.num_qo_heads, 32);
+  EXPECT_EQ(t.shape.num_kv_heads, 8);
+  EXPECT_EQ(t.shape.head_dim, 128);
+  ASSERT_EQ(t.nodes.size(), 2u);
+  EXPECT_EQ(t.nodes[0].pages.size(), 256u);
+  EXPECT_EQ(t.nodes[1].parent, 0);
+  EXPECT_EQ(t.nodes[1].page_offset, 0);
+  EXPECT_EQ(t.nodes[1].pages.front(), 256);
+  EXPECT_EQ(t.num_pages, 272);
+  EXPECT_EQ(t.query_node, std::vector<int32_t>({1, 1}));
+  EXPECT_EQ(query_context(t, 0), 4352);
+}
+
+TEST(TreeJson, DataFilesParse) {
+  const std::string dir = TREEATTN_TEST_DATA_DIR;
+  const PrefixTree ex = tree_from_json_file(dir + "/issue_example.json");
+  testing_util::expect_same_tree(ex, tree_from_json(kIssueExample));
+
+  const PrefixTree forest = tree_from_json_file(dir + "/forest_tile_edges.json");
+  EXPECT_EQ(build_index(forest).roots.size(), 2u);
+  EXPECT_EQ(forest.num_queries(), 5);
+  EXPECT_EQ(query_context(forest, 0), 127 + 17 + 65);
+  EXPECT_EQ(forest.nodes[1].page_offset, 127 % 16);  // starts mid-page: own first page
+  testing_util::expect_distinct_slots(forest);
+
+  const PrefixTree pages = tree_from_json_file(dir + "/explicit_pages.json");
+  EXPECT_EQ(pages.num_pages, 12);
+  EXPECT_EQ(pages.nodes[2].pages, std::vector<int32_t>({0, 11}));
+  EXPECT_EQ(pages.free_pages, std::vector<int32_t>({1, 2}));
+  EXPECT_EQ(testing_util::expand(pages, 0),
+            (std::vector<std::pair<int32_t, int32_t>>{
+                {7, 0}, {7, 1}, {7, 2}, {7, 3}, {3, 0}, {3, 1}, {9, 2}, {9, 3}}));
+
+  const PrefixTree chain = tree_from_json_file(dir + "/deep_chain.json");
+  EXPECT_EQ(query_context(chain, 0), 15 + 16 + 17 + 1 + 31 + 32 + 33 + 63 + 64 + 65);
+  testing_util::expect_distinct_slots(chain);
+  expect_invalid([&] { tree_from_json_file(dir + "/no_such_file.json"); }, {"no_such_file"});
+}
+
+TEST(TreeJson, MidPageLayoutWithoutPages) {
+  const PrefixTree t = tree_from_json(
+      R"({"page_size": 8, "nodes": [{"id": 5, "tokens": 10}, {"id": 6, "parent": 5, "tokens": 7}],
+          "queries": [{"node": 6}]})");
+  EXPECT_EQ(t.nodes[0].pages, std::vector<int32_t>({0, 1}));
+  EXPECT_EQ(t.nodes[1].page_offset, 2);
+  EXPECT_EQ(t.nodes[1].pages, std::vector<int32_t>({2, 3}));  // 2 + 7 slots -> 2 fresh pages
+  testing_util::expect_distinct_slots(t);
+}
+
+TEST(TreeJson, RoundTripRandomTrees) {
+  for (uint64_t seed = 0; seed < 100; ++seed) {
+    RandomTreeOptions opts;
+    opts.page_size = 1 + static_cast<int32_t>(seed % 20);
+    PrefixTree t = random_tree(seed, opts);
+    t.shape = {static_cast<int32_t>(8 * (seed % 3)), static_cast<int32_t>(8 * (seed % 3)), 64};
+    const std::string text = tree_to_json(t);
+    const PrefixTree back = tree_from_json(text);
+    testing_util::expect_same_tree(t, back);
+    EXPECT_EQ(tree_to_json(back), text) << "seed " << seed;
+  }
+}
+
+TEST(TreeJson, RoundTripDropsDeadSlots) {
+  PrefixTree t = random_tree(7);
+  while (t.num_queries() > 1) t.remove_query(0);
+  const PrefixTree back = tree_from_json(tree_to_json(t));
+  ASSERT_EQ(back.num_queries(), 1);
+  EXPECT_EQ(testing_util::expand(back, 0), testing_util::expand(t, 0));
+  EXPECT_EQ(back.free_pages, t.free_pages);
+}
+
+TEST(TreeJson, SyntaxErrors) {
+  expect_invalid([] { tree_from_json(""); }, {"json", "end of input"});
+  expect_invalid([] { tree_from_json("{\"nodes\": [}"); }, {"json", "line 1"});
+  expect_invalid([] { tree_from_json("{\"page_size\": 16,}"); }, {"json"});
+  expect_invalid([] { tree_from_json("{} x"); }, {"json", "after the JSON value"});
+  expect_invalid([] { tree_from_json("{\"page_size\": 016}"); }, {"json"});
+  expect_invalid([] { tree_from_json("{\"name\": \"a\\qb\"}"); }, {"json", "escape", "name"});
+  expect_invalid([] { tree_from_json("{\"name\": \"\\ud800\"}"); }, {"json", "surrogate"});
+  expect_invalid([] { tree_from_json("{\"name\": \"a\nb\"}"); }, {"json", "control"});
+  expect_invalid([] { tree_from_json("[tru]"); }, {"json", "literal"});
+  expect_invalid([] { tree_from_json("{\"nodes\": [{\"id\": 1,\n \"tokens\": -}]}"); },
+                 {"json", "line 2", "nodes[0].tokens"});
+  expect_invalid([] { tree_from_json("[1, 2]"); }, {"json", "expected an object"});
+}
+
+TEST(TreeJson, DepthLimit) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_invalid([&] { tree_from_json(deep); }, {"json", "nesting"});
+  const std::string ok = std::string(30, '[') + std::string(30, ']');
+  expect_invalid([&] { tree_from_json(ok); }, {"json", "expected an object"});
+}
+
+TEST(TreeJson, IntegerRanges) {
+  auto tree_with_tokens = [](const std::string& tok) {
+    return "{\"page_size\": 2147483647, \"nodes\": [{\"id\": 0, \"tokens\": " + tok +
+           "}], \"queries\": [{\"node\": 0}]}";
+  };
+  EXPECT_EQ(tree_from_json(tree_with_tokens("2147483647")).nodes.at(0).tokens, 2147483647);
+  expect_invalid(
+      [] {
+        tree_from_json(R"({"page_size": 1, "nodes": [{"id": 0, "tokens": 2147483647}],
+                           "queries": [{"node": 0}]})");
+      },
+      {"nodes", "pages"});
+  expect_invalid([&] { tree_from_json(tree_with_tokens("2147483648")); },
+                 {"nodes[0].tokens", "out of range"});
+  expect_invalid([&] { tree_from_json(tree_with_tokens("99999999999999999999999")); },
+                 {"nodes[0].tokens", "out of range"});
+  expect_invalid([&] { tree_from_json(tree_with_tokens("0")); }, {"nodes[0].tokens"});
+  expect_invalid([&] { tree_from_json(tree_with_tokens("1.5")); }, {"nodes[0].tokens", "integer"});
+  expect_invalid([&] { tree_from_json(tree_with_tokens("1e3")); }, {"nodes[0].tokens"});
+  expect_invalid([&] { tree_from_json(tree_with_tokens("\"7\"")); },
+                 {"nodes[0].tokens", "got a string"});
+  expect_invalid(
+      [] {
+        tree_from_json(R"({"page_size": 0, "nodes": [{"id": 0, "tokens": 1}],
+                           "queries": [{"node": 0}]})");
+      },
+      {"page_size"});
+  // int64 ids at the extremes are fine.
+  const PrefixTree t = tree_from_json(
+      R"({"nodes": [{"id": -9223372036854775808, "tokens": 1},
+                    {"id": 9223372036854775807, "parent": -9223372036854775808, "tokens": 1}],
+          "queries": [{"node": 9223372036854775807}]})");
+  EXPECT_EQ(t.nodes[1].parent, 0);
+  expect_invalid([] { tree_from_json(R"({"nodes": [{"id": 9223372036854775808, "tokens": 1}]})"); },
+                 {"nodes[0].id", "out of range"});
+}
+
+TEST(TreeJson, SemanticErrorsNameThePath) {
+  const std::string head = R"({"page_size": 16, "nodes": [{"id": 0, "tokens": 4}, )";
+  expect_invalid(
+      [&] {
+        tree_from_json(head +
+                       R"({"id": 1, "parent": 99, "tokens": 4}], "queries": [{"node": 1}]})");
+      },
+      {"nodes[1].parent", "unknown parent id 99"});
+  expect_invalid(
+      [&] {
+        tree_from_json(head + R"({"id": 0, "parent": 0, "tokens": 4}], "queries": [{"node": 0}]})");
+      },
+      {"nodes[1].id", "duplicate id 0"});
+  expect_invalid(
+      [&] { tree_from_json(head + R"({"id": 1, "tokens": 4}], "queries": [{"node": 5}]})"); },
+      {"queries[0].node", "unknown node id 5"});
+  expect_invalid(
+      [&] { tree_from_json(head + R"({"id": 1, "tokns": 4}], "queries": [{"node": 1}]})"); },
+      {"nodes[1].tokns", "unknown key"});
+  expect_invalid([&] { tree_from_json(head + R"({"id": 1}], "queries": [{"node": 1}]})"); },
+                 {"nodes[1].tokens", "missing"});
+  expect_invalid(
+      [&] { tree_from_json(head + R"({"id": 1, "tokens": 4, "tokens": 5}], "queries": []})"); },
+      {"json", "duplicate key", "nodes[1]"});
+  expect_invalid([&] { tree_from_json(head + R"({"id": 1, "tokens": 4}], "queries": []})"); },
+                 {"queries", "empty"});
+  expect_invalid([] { tree_from_json(R"({"nodes": [], "queries": [{"node": 0}]})"); },
+                 {"nodes", "empty"});
+  expect_invalid([] { tree_from_json(R"({"queries": [{"node": 0}]})"); }, {"nodes", "missing"});
+  // Cycle: 0 -> 1 -> 0 besides a proper root.
+  expect_invalid(
+      [] {
+        tree_from_json(R"({"nodes": [{"id": 0, "parent": 1, "tokens": 1},
+                                     {"id": 1, "parent": 0, "tokens": 1},
+                                     {"id": 2, "tokens": 1}],
+                           "queries": [{"node": 2}]})");
+      },
+      {"cycle", ".parent"});
+  // Pages: all or nothing; count must match; ids within num_pages.
+  expect_invalid(
+      [&] {
+        tree_from_json(head +
+                       R"({"id": 1, "tokens": 4, "pages": [3]}], "queries": [{"node": 1}]})");
+      },
+      {"nodes", "every node"});
+  expect_invalid(
+      [] {
+        tree_from_json(R"({"page_size": 4, "nodes": [{"id": 0, "tokens": 5, "pages": [0]}],
+                           "queries": [{"node": 0}]})");
+      },
+      {"nodes[0].pages", "need 2"});
+  expect_invalid(
+      [] {
+        tree_from_json(R"({"page_size": 4, "num_pages": 2,
+                           "nodes": [{"id": 0, "tokens": 5, "pages": [0, 2]}],
+                           "queries": [{"node": 0}]})");
+      },
+      {"nodes[0].pages[1]", "page id 2"});
+  expect_invalid(
+      [] {
+        tree_from_json(R"({"page_size": 4, "nodes": [{"id": 0, "tokens": 5, "pages": [0, -2]}],
+                           "queries": [{"node": 0}]})");
+      },
+      {"nodes[0].pages[1]"});
+  expect_invalid(
+      [] {
+        tree_from_json(R"({"page_size": 4, "nodes": [{"id": 0, "tokens": 3, "page_offset": 4,
+                           "pages": [0]}], "queries": [{"node": 0}]})");
+      },
+      {"nodes[0].page_offset"});
+  expect_invalid([] { tree_from_json(R"({"heads": [32], "nodes": []})"); }, {"heads"});
+  expect_invalid([] { tree_from_json(R"({"heads": [32, 5], "nodes": []})"); }, {"heads"});
+}
+
+TEST(TreeJson, StringsWithEscapesAreAccepted) {
+  const PrefixTree t = tree_from_json(
+      "{\"name\": \"caf\\u00e9 \\ud83d\\ude00 \\\"q\\\" \\\\ \\/\", \"comment\": \"\", "
+      "\"nodes\": [{\"id\": 3, \"parent\": null, \"tokens\": 1}], \"queries\": [{\"node\": 3}]}");
+  EXPECT_EQ(t.nodes.size(), 1u);
+}
+
+}  // namespace
+}  // namespace treeattn

@@ -1,0 +1,208 @@
+// validate() errors (one test per error, each checking the message names the offender), the
+// derived views (build_index, query_path, query_context, unique_tokens) and a 100000-node chain.
+#include <gtest/gtest.h>
+
+#include "test_tree_util.h"
+#include "treeattn/tree/prefix_tree.h"
+
+namespace treeattn {
+namespace {
+
+using testing_util::expect_invalid;
+
+// root(id 10, 20 tokens) -> a(id 11, 5 tokens, starts mid-page) ; root -> b(id 12, 12 tokens).
+// P = 16. Queries on a, b and the root.
+PrefixTree small_tree() {
+  PrefixTree t;
+  t.page_size = 16;
+  t.nodes.resize(3);
+  t.nodes[0] = {10, kNoParent, 20, 0, {0, 1}, true};
+  t.nodes[1] = {11, 0, 5, 4, {2}, true};
+  t.nodes[2] = {12, 0, 12, 4, {3}, true};
+  t.num_pages = 4;
+  t.query_node = {1, 2, 0};
+  return t;
+}
+
+TEST(TreeValidate, SmallTreeIsValid) { EXPECT_NO_THROW(validate(small_tree())); }
+
+TEST(TreeValidate, EmptyNoNodes) {
+  PrefixTree t = small_tree();
+  t.nodes.clear();
+  t.query_node.clear();
+  expect_invalid([&] { validate(t); }, {"tree", "no live node"});
+}
+
+TEST(TreeValidate, EmptyAllDead) {
+  PrefixTree t = small_tree();
+  for (auto& n : t.nodes) n.alive = false;
+  t.query_node.clear();
+  expect_invalid([&] { validate(t); }, {"tree", "no live node"});
+}
+
+TEST(TreeValidate, EmptyNoQuery) {
+  PrefixTree t = small_tree();
+  t.query_node.clear();
+  expect_invalid([&] { validate(t); }, {"tree", "no query"});
+}
+
+TEST(TreeValidate, PageSizeZero) {
+  PrefixTree t = small_tree();
+  t.page_size = 0;
+  expect_invalid([&] { validate(t); }, {"page_size", "0"});
+}
+
+TEST(TreeValidate, Cycle) {
+  PrefixTree t = small_tree();
+  // 3 -> 4 -> 3, plus a query on 4.
+  t.nodes.push_back({20, 4, 16, 0, {0}, true});
+  t.nodes.push_back({21, 3, 16, 0, {1}, true});
+  t.query_node.push_back(4);
+  expect_invalid([&] { validate(t); }, {"cycle", ".parent"});
+}
+
+TEST(TreeValidate, SelfLoop) {
+  PrefixTree t = small_tree();
+  t.nodes[2].parent = 2;
+  expect_invalid([&] { validate(t); }, {"nodes[2].parent", "cycle", "id 12"});
+}
+
+TEST(TreeValidate, UnknownParent) {
+  PrefixTree t = small_tree();
+  t.nodes[1].parent = 99;
+  expect_invalid([&] { validate(t); }, {"nodes[1].parent", "unknown parent index 99"});
+}
+
+TEST(TreeValidate, NegativeParent) {
+  PrefixTree t = small_tree();
+  t.nodes[1].parent = -7;
+  expect_invalid([&] { validate(t); }, {"nodes[1].parent", "-7"});
+}
+
+TEST(TreeValidate, DeadParent) {
+  PrefixTree t = small_tree();
+  t.nodes[0].alive = false;
+  t.query_node = {1};
+  expect_invalid([&] { validate(t); }, {"nodes[1].parent", "parent index 0 is dead"});
+}
+
+TEST(TreeValidate, DuplicateId) {
+  PrefixTree t = small_tree();
+  t.nodes[2].id = 11;
+  expect_invalid([&] { validate(t); }, {"nodes[2].id", "duplicate id 11", "nodes[1]"});
+}
+
+TEST(TreeValidate, DuplicateIdOfDeadNodeIsFine) {
+  PrefixTree t = small_tree();
+  t.nodes.push_back({11, kNoParent, 1, 0, {}, false});
+  EXPECT_NO_THROW(validate(t));
+}
+
+TEST(TreeValidate, TokensZero) {
+  PrefixTree t = small_tree();
+  t.nodes[1].tokens = 0;
+  expect_invalid([&] { validate(t); }, {"nodes[1].tokens", ">= 1", "got 0"});
+}
+
+TEST(TreeValidate, PageOffsetOutOfRange) {
+  PrefixTree t = small_tree();
+  t.nodes[2].page_offset = 16;
+  expect_invalid([&] { validate(t); }, {"nodes[2].page_offset", "16"});
+}
+
+TEST(TreeValidate, PageCountMismatch) {
+  PrefixTree t = small_tree();
+  t.nodes[0].pages = {0};
+  expect_invalid([&] { validate(t); }, {"nodes[0].pages", "has 1 pages", "need 2"});
+  t = small_tree();
+  t.nodes[1].pages = {2, 3};  // 4 + 5 tokens fit one page
+  expect_invalid([&] { validate(t); }, {"nodes[1].pages", "has 2 pages", "need 1"});
+}
+
+TEST(TreeValidate, PageIdOutOfRange) {
+  PrefixTree t = small_tree();
+  t.nodes[2].pages = {4};
+  expect_invalid([&] { validate(t); }, {"nodes[2].pages[0]", "page id 4", "num_pages=4"});
+  t.nodes[2].pages = {-1};
+  expect_invalid([&] { validate(t); }, {"nodes[2].pages[0]", "page id -1"});
+}
+
+TEST(TreeValidate, QueryOnUnknownNode) {
+  PrefixTree t = small_tree();
+  t.query_node[1] = 17;
+  expect_invalid([&] { validate(t); }, {"query 1", "unknown node index 17"});
+  t.query_node[1] = -1;
+  expect_invalid([&] { validate(t); }, {"query 1", "unknown node index -1"});
+}
+
+TEST(TreeValidate, QueryOnDeadNode) {
+  PrefixTree t = small_tree();
+  t.nodes[2].alive = false;
+  expect_invalid([&] { validate(t); }, {"query 1", "node index 2 is dead"});
+}
+
+TEST(TreeValidate, DeepChain100000) {
+  const int32_t n = 100000;
+  PrefixTree t;
+  t.page_size = 16;
+  t.nodes.resize(n);
+  for (int32_t i = 0; i < n; ++i) {
+    // Stored leaf first so that the parent chain runs against the index order.
+    t.nodes[i] = {i, i + 1 < n ? i + 1 : kNoParent, 16, 0, {i}, true};
+  }
+  t.num_pages = n;
+  t.query_node = {0, n / 2};
+  EXPECT_NO_THROW(validate(t));
+  const TreeIndex ix = build_index(t);
+  EXPECT_EQ(ix.depth[0], n - 1);
+  EXPECT_EQ(ix.start[0], int64_t{16} * (n - 1));
+  EXPECT_EQ(ix.preorder.size(), static_cast<size_t>(n));
+  EXPECT_EQ(ix.preorder.front(), n - 1);
+  EXPECT_EQ(query_context(t, 0), int64_t{16} * n);
+  EXPECT_EQ(unique_tokens(t), int64_t{16} * n);
+  // A cycle at the end of a long chain is found without recursion.
+  t.nodes[n - 1].parent = 0;
+  expect_invalid([&] { validate(t); }, {"cycle"});
+}
+
+TEST(TreeValidate, IndexViews) {
+  PrefixTree t = small_tree();
+  t.nodes.push_back({13, 2, 3, 0, {3}, true});  // unused leaf under b (slot 0 of page 3 is free)
+  t.nodes[3].page_offset = 0;
+  EXPECT_NO_THROW(validate(t));
+  const TreeIndex ix = build_index(t);
+  EXPECT_EQ(ix.roots, std::vector<int32_t>({0}));
+  EXPECT_EQ(ix.depth, std::vector<int32_t>({0, 1, 1, 2}));
+  EXPECT_EQ(ix.start, std::vector<int64_t>({0, 20, 20, 32}));
+  EXPECT_EQ(ix.children[0], std::vector<int32_t>({1, 2}));
+  EXPECT_EQ(ix.children[2], std::vector<int32_t>({3}));
+  EXPECT_EQ(ix.preorder, std::vector<int32_t>({0, 1, 2, 3}));
+  EXPECT_EQ(ix.queries_below[0], std::vector<int32_t>({0, 1, 2}));
+  EXPECT_EQ(ix.queries_below[1], std::vector<int32_t>({0}));
+  EXPECT_TRUE(ix.queries_below[3].empty());
+  EXPECT_EQ(query_path(t, 1), std::vector<int32_t>({0, 2}));
+  EXPECT_EQ(query_context(t, 0), 25);
+  EXPECT_EQ(query_context(t, 1), 32);
+  EXPECT_EQ(query_context(t, 2), 20);
+  EXPECT_EQ(unique_tokens(t), 20 + 5 + 12);  // the unused leaf does not count
+  expect_invalid([&] { query_path(t, 3); }, {"q", "3"});
+}
+
+TEST(TreeValidate, ForestRandomTreesAreValid) {
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    RandomTreeOptions opts;
+    opts.page_size = 1 + static_cast<int32_t>(seed % 33);
+    opts.max_roots = 1 + static_cast<int32_t>(seed % 4);
+    const PrefixTree t = random_tree(seed, opts);
+    ASSERT_NO_THROW(validate(t)) << "seed " << seed;
+    testing_util::expect_distinct_slots(t);
+    // Every live node is used by a query, every leaf carries one.
+    const TreeIndex ix = build_index(t);
+    for (int32_t v : ix.preorder) ASSERT_FALSE(ix.queries_below[v].empty()) << "seed " << seed;
+    // Deterministic per seed.
+    testing_util::expect_same_tree(t, random_tree(seed, opts));
+  }
+}
+
+}  // namespace
+}  // namespace treeattn

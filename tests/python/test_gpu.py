@@ -1,0 +1,318 @@
+"""GPU tests of the treeattn package (run on the device; skipped with a reason elsewhere): torch
+fp16/bf16 decode against a float64 torch reference on workload lines and random block tables,
+the combined layout, out= and return_lse, custom streams, CUDA-graph capture and replay (also
+after plan.update), CuPy and JAX input through DLPack, and torch.compile of the custom op."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+import treeattn
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to torch", allow_module_level=True)
+if not treeattn.built_with_cuda:
+    pytest.skip("treeattn was built without CUDA (nvcc not found at build time)",
+                allow_module_level=True)
+
+from conftest import cow_fill, random_block_tables  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+DEV = torch.device("cuda", 0)
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+ABS_TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+def make_caches(gen, num_pages, page_size, kv_heads, dim, dtype, tree=None):
+    shape = (num_pages, page_size, kv_heads, dim)
+    k = (torch.rand(shape, generator=gen, device=DEV) * 2 - 1).to(dtype)
+    v = (torch.rand(shape, generator=gen, device=DEV) * 2 - 1).to(dtype)
+    if tree is not None:  # copy-on-write slots, so the block-table view matches the tree
+        kc, vc = k.cpu(), v.cpu()
+        cow_fill(tree, kc, vc)
+        k.copy_(kc)
+        v.copy_(vc)
+    return k, v
+
+
+def torch_reference(q, k, v, tables, lens, rows, sm_scale=None):
+    """float64 attention (and the same-precision naive error bound) for the sampled rows."""
+    _, H, D = q.shape
+    P, Hk = k.shape[1], k.shape[2]
+    g = H // Hk
+    scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
+    out = torch.empty((len(rows), H, D), dtype=torch.float64, device=DEV)
+    lse = torch.empty((len(rows), H), dtype=torch.float64, device=DEV)
+    naive = torch.empty((len(rows), H, D), dtype=q.dtype, device=DEV)
+    for i, r in enumerate(rows):
+        n = int(lens[r])
+        pages = torch.as_tensor(list(tables[r][: (n + P - 1) // P]), device=DEV, dtype=torch.long)
+        kk = k[pages].reshape(-1, Hk, D)[:n]
+        vv = v[pages].reshape(-1, Hk, D)[:n]
+        qq = q[r].reshape(Hk, g, D)
+        s = torch.einsum("hgd,nhd->hgn", qq.double(), kk.double()) * scale
+        lse[i] = torch.logsumexp(s, -1).reshape(H)
+        out[i] = torch.einsum("hgn,nhd->hgd", torch.softmax(s, -1), vv.double()).reshape(H, D)
+        s16 = torch.einsum("hgd,nhd->hgn", qq, kk) * scale  # same-precision naive attention
+        p16 = torch.softmax(s16.float(), -1).to(q.dtype)
+        naive[i] = torch.einsum("hgn,nhd->hgd", p16, vv).reshape(H, D)
+    return out, lse, (naive.double() - out).abs().max().item()
+
+
+def check(out, rows, ref, naive_err, dtype):
+    got = out[rows].double()
+    assert torch.isfinite(got).all(), "NaN/inf in output"
+    err = (got - ref).abs().max().item()
+    bound = 2 * naive_err + ABS_TOL[dtype]
+    assert err <= bound, f"max abs error {err:.3g} > {bound:.3g} (naive {naive_err:.3g})"
+
+
+def sample_rows(gen, n, k=16):
+    if n <= k:
+        return list(range(n))
+    return sorted(torch.randperm(n, generator=gen)[:k].tolist())
+
+
+def shrink_heads(shape):
+    """Fewer heads with the same GQA ratio so the workload sweep stays fast."""
+    H, Hk, D = shape
+    Hk2 = min(Hk, 4)
+    return (H // Hk) * Hk2, Hk2, D
+
+
+def pick(key_list, every):
+    return key_list[::every]
+
+
+WORKLOADS = [w["key"] for w in treeattn.workloads("fasttree", details=True)]
+WORKLOADS += pick([w["key"] for w in treeattn.workloads("pat", details=True)], 8)
+WORKLOADS += [w["key"] for w in treeattn.workloads("deft", details=True)]
+WORKLOADS += [w["key"] for w in treeattn.workloads("forge", details=True)]
+
+
+@pytest.fixture
+def gen():
+    seed = int(np.random.SeedSequence().entropy % (2**31))
+    print(f"seed={seed}")
+    g = torch.Generator(device=DEV)
+    g.manual_seed(seed)
+    return g
+
+
+def run_tree(gen, tree, heads, dtype, planner="auto", rows=None, layout="separate"):
+    H, Hk, D = heads
+    p = treeattn.plan(tree, H, Hk, D, planner=planner)
+    k, v = make_caches(gen, tree.num_pages, tree.page_size, Hk, D, dtype, tree=tree)
+    q = (torch.rand((tree.num_queries, H, D), generator=gen, device=DEV) * 2 - 1).to(dtype)
+    out = torch.full_like(q, float("nan"))  # poisoned
+    if layout == "combined":
+        kv = torch.stack([k, v], dim=1)
+        treeattn.decode(q, kv, None, p, out=out)
+    else:
+        treeattn.decode(q, k, v, p, out=out)
+    torch.cuda.synchronize()
+    tables, lens = tree.to_block_tables()
+    rows = rows if rows is not None else sample_rows(gen, tree.num_queries)
+    ref, _, naive = torch_reference(q, k, v, tables, lens, rows)
+    check(out, rows, ref, naive, dtype)
+
+
+@pytest.mark.parametrize("key", WORKLOADS)
+def test_workloads_fp16_auto(gen, key):
+    tree = treeattn.PrefixTree.from_workload(key, layout="shuffled", seed=1)
+    run_tree(gen, tree, shrink_heads(tree.shape), torch.float16)
+
+
+@pytest.mark.parametrize("planner", treeattn.planners())
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("key", ["fasttree:7", "pat:14", "deft:7"])
+def test_planners_dtypes(gen, planner, dtype, key):
+    tree = treeattn.PrefixTree.from_workload(key, layout="shuffled", seed=2)
+    run_tree(gen, tree, tree.shape, DTYPES[dtype], planner=planner)
+
+
+@pytest.mark.parametrize("heads", [(32, 8, 128), (28, 4, 128), (16, 16, 64), (8, 1, 256)])
+@pytest.mark.parametrize("page_size", [1, 16, 32, 64])
+def test_random_trees(gen, heads, page_size):
+    seed = int(torch.randint(1 << 30, (1,), generator=gen, device=DEV).item())
+    tree = treeattn.PrefixTree.random(seed, page_size=page_size, max_queries=24)
+    run_tree(gen, tree, heads, torch.bfloat16 if page_size == 32 else torch.float16)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("layout", ["separate", "combined"])
+def test_random_block_tables(gen, dtype, layout):
+    rng = np.random.default_rng(int(torch.randint(1 << 30, (1,), generator=gen, device=DEV)))
+    tables, lens, num_pages = random_block_tables(rng, 16, num_prompts=4, max_prompt=700)
+    tree = treeattn.PrefixTree.from_block_tables(torch.from_numpy(tables), torch.from_numpy(lens),
+                                                 page_size=16, num_pages=num_pages)
+    dt = DTYPES[dtype]
+    p = treeattn.plan(tree, 32, 8, 128)
+    k, v = make_caches(gen, num_pages, 16, 8, 128, dt)
+    q = (torch.rand((len(lens), 32, 128), generator=gen, device=DEV) * 2 - 1).to(dt)
+    if layout == "combined":
+        out, lse = treeattn.decode(q, torch.stack([k, v], 1), None, p, return_lse=True)
+    else:
+        out, lse = treeattn.decode(q, k, v, p, return_lse=True)
+    rows = list(range(len(lens)))
+    ref, ref_lse, naive = torch_reference(q, k, v, tables.tolist(), lens.tolist(), rows)
+    check(out, rows, ref, naive, dt)
+    assert lse.dtype == torch.float32 and lse.shape == (len(lens), 32)
+    assert (lse.double() - ref_lse).abs().max().item() < 2e-3
+
+
+def test_out_lse_and_streams(gen):
+    tree = treeattn.PrefixTree.from_levels("N=1,8,32 C=1000,100,33")
+    p = treeattn.plan(tree, 32, 8, 128)
+    k, v = make_caches(gen, tree.num_pages, 16, 8, 128, torch.float16, tree=tree)
+    q = torch.randn((32, 32, 128), generator=gen, device=DEV).half()
+    tables, lens = tree.to_block_tables()
+    rows = list(range(32))
+    ref, ref_lse, naive = torch_reference(q, k, v, tables, lens, rows)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((32, 32), float("nan"), device=DEV)
+    r_out, r_lse = treeattn.decode(q, k, v, p, out=out, lse=lse)
+    assert r_out is out and r_lse is lse
+    check(out, rows, ref, naive, torch.float16)
+    assert (lse.double() - ref_lse).abs().max().item() < 2e-3
+    # the caller's current stream (torch.cuda.stream context) and an explicit stream=
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        o1 = treeattn.decode(q, k, v, p)
+    o2 = treeattn.decode(q, k, v, p, stream=s)
+    o3 = torch.empty_like(q)
+    treeattn.decode(q, k, v, p, out=o3, stream=s.cuda_stream)
+    s.synchronize()
+    for o in (o1, o2, o3):
+        check(o, rows, ref, naive, torch.float16)
+
+
+def test_cuda_graph_capture_and_update(gen):
+    tree = treeattn.PrefixTree.from_levels("N=1,4,16 C=500,60,40")
+    spare = 64
+    num_pages = tree.num_pages + spare
+    tree.free_pages = list(range(tree.num_pages, num_pages))
+    tree.num_pages = num_pages
+    p = treeattn.plan(tree, 32, 8, 128, headroom=2.0).to_device(DEV)
+    k, v = make_caches(gen, num_pages, 16, 8, 128, torch.float16, tree=tree)
+    q = torch.randn((16, 32, 128), generator=gen, device=DEV).half()
+    out = torch.empty_like(q)
+    treeattn.decode(q, k, v, p, out=out)  # warm-up outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        treeattn.decode(q, k, v, p, out=out)
+    # replay with new q values
+    q.copy_(torch.randn((16, 32, 128), generator=gen, device=DEV).half())
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    tables, lens = tree.to_block_tables()
+    ref, _, naive = torch_reference(q, k, v, tables, lens, list(range(16)))
+    check(out, list(range(16)), ref, naive, torch.float16)
+    # next decode step: every query grows by one token; refresh the plan in place and replay
+    for i in range(tree.num_queries):
+        tree.append_tokens(i, 1)
+    new = treeattn.plan(tree, 32, 8, 128)
+    assert p.fits(new)
+    assert treeattn.plan(tree, 32, 8, 128, reuse=p) is p
+    kc, vc = k.cpu(), v.cpu()
+    cow_fill(tree, kc, vc)
+    k.copy_(kc)
+    v.copy_(vc)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    tables, lens = tree.to_block_tables()
+    ref, _, naive = torch_reference(q, k, v, tables, lens, list(range(16)))
+    check(out, list(range(16)), ref, naive, torch.float16)
+
+
+def test_gpu_errors(gen):
+    tree = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    p = treeattn.plan(tree, 8, 2, 64)
+    k, v = make_caches(gen, tree.num_pages, 16, 2, 64, torch.float16)
+    q = torch.randn((4, 8, 64), device=DEV).half()
+    with pytest.raises(TypeError, match="^q: CUDA decode expects float16 or bfloat16"):
+        treeattn.decode(q.float(), k.float(), v.float(), p)
+    with pytest.raises(TypeError, match="^k_cache: expected the dtype of q"):
+        treeattn.decode(q, k.bfloat16(), v.bfloat16(), p)
+    with pytest.raises(TypeError, match="^k_cache: expected the device of q"):
+        treeattn.decode(q, k.cpu(), v.cpu(), p)
+    qt = torch.randn((4, 64, 8), device=DEV).half().transpose(1, 2)
+    with pytest.raises(ValueError, match="^q: head_dim must be contiguous"):
+        treeattn.decode(qt, k, v, p)
+    qs = torch.randn((4, 8, 68), device=DEV).half()[:, :, :64]
+    with pytest.raises(ValueError, match="^q: stride of dim 1"):
+        treeattn.decode(qs, k, v, p)
+    with pytest.raises(ValueError, match="^k_cache: has 1 pages"):
+        treeattn.decode(q, k[:1], v[:1], p)
+
+
+def test_cupy_dlpack(gen):
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    tree = treeattn.PrefixTree.from_levels("N=1,8 C=300,45")
+    p = treeattn.plan(tree, 16, 4, 128)
+    k, v = make_caches(gen, tree.num_pages, 16, 4, 128, torch.float16, tree=tree)
+    q = torch.randn((8, 16, 128), generator=gen, device=DEV).half()
+    torch.cuda.synchronize()
+    cq, ck, cv = (cupy.from_dlpack(x) for x in (q, k, v))
+    out = treeattn.decode(cq, ck, cv, p)
+    assert isinstance(out, cupy.ndarray) and out.dtype == cupy.float16
+    cupy.cuda.get_current_stream().synchronize()
+    tables, lens = tree.to_block_tables()
+    ref, _, naive = torch_reference(q, k, v, tables, lens, list(range(8)))
+    check(torch.from_dlpack(out), list(range(8)), ref, naive, torch.float16)
+
+
+def test_jax_dlpack(gen):
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jax = pytest.importorskip("jax", reason="JAX is not installed")
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if not gpus:
+        pytest.skip("JAX sees no GPU")
+    import jax.dlpack
+
+    tree = treeattn.PrefixTree.from_levels("N=1,4 C=200,30")
+    p = treeattn.plan(tree, 8, 2, 64)
+    k, v = make_caches(gen, tree.num_pages, 16, 2, 64, torch.float16, tree=tree)
+    q = torch.randn((4, 8, 64), generator=gen, device=DEV).half()
+    torch.cuda.synchronize()
+    jq, jk, jv = (jax.dlpack.from_dlpack(x) for x in (q, k, v))
+    out = treeattn.decode(jq, jk, jv, p)
+    torch.cuda.synchronize()
+    assert isinstance(out, jax.Array)
+    got = torch.from_numpy(np.asarray(out.astype("float32"))).to(DEV)
+    tables, lens = tree.to_block_tables()
+    ref, _, naive = torch_reference(q, k, v, tables, lens, list(range(4)))
+    check(got, list(range(4)), ref, naive, torch.float16)
+
+
+def test_torch_compile_custom_op(gen):
+    import treeattn.torch_ops as tops
+
+    tree = treeattn.PrefixTree.from_levels("N=1,8 C=500,70")
+    p = treeattn.plan(tree, 32, 8, 128)
+    k, v = make_caches(gen, tree.num_pages, 16, 8, 128, torch.bfloat16, tree=tree)
+    q = torch.randn((8, 32, 128), generator=gen, device=DEV).bfloat16()
+
+    @torch.compile(fullgraph=True)
+    def layer(x, kc, vc):
+        o, lse = tops.decode(x * 1.0, kc, vc, p, return_lse=True)
+        return o.float() * 2.0, lse
+
+    o, lse = layer(q, k, v)
+    torch.cuda.synchronize()
+    tables, lens = tree.to_block_tables()
+    ref, ref_lse, naive = torch_reference(q, k, v, tables, lens, list(range(8)))
+    check((o / 2).to(torch.bfloat16), list(range(8)), ref, naive, torch.bfloat16)
+    assert (lse.double() - ref_lse).abs().max().item() < 2e-3

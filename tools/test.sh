@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds treeattn and runs every test (the README's test command; .ci/run runs it verbatim):
+#   1. CMake build: core, CLI, tests, planning benchmark, and the CUDA kernels when nvcc is found
+#      (compile-only without a GPU: a representative subset of kernel configs, TREEATTN_CI_KERNELS;
+#      the full matrix when a GPU is present or TREEATTN_FULL_KERNELS=1);
+#   2. ctest: CPU tests, CLI smoke test, GPU tests (they skip with a message without a GPU);
+#   3. libFuzzer smoke run of the JSON and block-table readers (clang);
+#   4. the planning-speed benchmark (short) and `treeattn check` on every workload line;
+#   5. pip install . into .venv and pytest (GPU tests skip without a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
+PY=${PY:-.venv/bin/python}
+[ -x "$PY" ] || { echo "test.sh: $PY missing: run tools/setup.sh first" >&2; exit 2; }
+
+subset=ON
+if nvidia-smi -L >/dev/null 2>&1 || [ "${TREEATTN_FULL_KERNELS:-0}" = 1 ]; then subset=OFF; fi
+
+echo "== [1/5] build (TREEATTN_CI_KERNELS=$subset)"
+cmake -S . -B build -DTREEATTN_CI_KERNELS=$subset >/dev/null
+cmake --build build -j"$JOBS"
+
+echo "== [2/5] ctest"
+(cd build && ctest --output-on-failure -j"$JOBS" --timeout 600)
+
+echo "== [3/5] fuzz smoke"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DTREEATTN_FUZZ=ON -DTREEATTN_CUDA=OFF \
+  -DTREEATTN_TESTS=OFF -DTREEATTN_BENCH=OFF >/dev/null
+cmake --build build-fuzz -j"$JOBS"
+for target in build-fuzz/fuzz_*; do
+  [ -x "$target" ] || continue
+  name=$(basename "$target")
+  work=$(mktemp -d)
+  seeds=tests/fuzz/corpus_${name#fuzz_}
+  [ -d "$seeds" ] && cp -r "$seeds/." "$work/"
+  "$target" -max_total_time="${FUZZ_SECONDS:-20}" -timeout=5 -rss_limit_mb=2048 "$work" \
+    >"build-fuzz/$name.log" 2>&1 || { tail -n 40 "build-fuzz/$name.log"; exit 1; }
+  echo "$name: $(grep -E '^Done|#[0-9]+.*DONE' "build-fuzz/$name.log" | tail -n 1)"
+  rm -rf "$work"
+done
+
+echo "== [4/5] planning benchmark and workload check"
+if [ -x build/treeattn_plan_bench ]; then
+  build/treeattn_plan_bench --benchmark_min_time=0.02 --benchmark_filter='256' | tail -n 20
+fi
+build/treeattn check --workloads all --planner all
+
+echo "== [5/5] python package"
+"$PY" -m pip install -q . -C cmake.define.TREEATTN_CI_KERNELS=$subset
+"$PY" -m pytest tests/python -q

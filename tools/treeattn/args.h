@@ -1,0 +1,44 @@
+// Tiny command-line parser shared by every treeattn subcommand (plan, check, workloads, bench):
+// `--name value`, `--name=value` and boolean `--name` flags declared up front; anything else
+// (unknown flags, positional words, missing or malformed values) throws std::invalid_argument
+// whose message starts with the offending flag, which main() prints before exiting with code 2.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace treeattn::cli {
+
+struct FlagSpec {
+  std::string name;  ///< without the leading "--"
+  bool takes_value;  ///< false: boolean switch
+  std::string help;  ///< one line for --help
+};
+
+class Args {
+ public:
+  /// Parses argv[first..argc) against `flags` ("--help" is always accepted).
+  Args(int argc, char** argv, int first, std::vector<FlagSpec> flags);
+
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  bool help() const { return help_; }
+  /// The flag's value, or `def` when absent.
+  std::string str(const std::string& name, const std::string& def = "") const;
+  /// Integer value in [lo, hi], or `def` when absent; throws naming the flag otherwise.
+  int64_t integer(const std::string& name, int64_t def, int64_t lo, int64_t hi) const;
+  /// Unsigned 64-bit value (seeds), or `def` when absent.
+  uint64_t u64(const std::string& name, uint64_t def) const;
+  /// "Q/KV" head counts such as "32/8" (or a single "32" for MHA); throws naming the flag.
+  bool heads(const std::string& name, int32_t* qo, int32_t* kv) const;
+  /// Help text listing the declared flags.
+  std::string usage(const std::string& command) const;
+
+ private:
+  std::vector<FlagSpec> flags_;
+  std::map<std::string, std::string> values_;
+  bool help_ = false;
+};
+
+}  // namespace treeattn::cli

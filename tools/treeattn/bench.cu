@@ -1,0 +1,552 @@
+// `treeattn bench`: GPU benchmark of run_decode against the physical floor.
+//
+// In one process: (1) ceilings: HBM read bandwidth from a streaming-read kernel (16-byte loads over
+// 2 GiB, median of 15) and the tensor-core rate from cuBLAS (fp16 GEMM 8192^3, fp32 compute,
+// median of 10); (2) per problem (tree / levels / workload line) and planner: plan on the host
+// (not timed), upload, fill inputs on the GPU from a counter hash (values in [-1, 1) rounded to the
+// dtype, never zeros), one checked run against the float64 oracle on a sample of queries
+// (max_rel_err = max|out - ref| / max|ref|; the oracle runs on a sub-tree of the sampled queries'
+// paths whose K/V values the host recomputes from the same hash), then >= 50 timed runs, each
+// after an L2 flush (cudaMemsetAsync over >= 2x L2, outside the events), CUDA events around
+// run_decode only, median. Floor = max(bytes_min / hbm, flops_min / tc) as in
+// ../shared/baselines/h200.md. Baseline: the `query` planner (FlashDecoding-style split-KV)
+// through the same kernel, timed the same way, on every line.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "inputs.h"
+#include "treeattn/common/half.h"
+#include "treeattn/cpu/reference.h"
+#include "treeattn/kernels/decode.h"
+#include "treeattn/plan/planner.h"
+
+namespace treeattn::cli {
+namespace {
+
+#define BENCH_CUDA(expr)                                                            \
+  do {                                                                              \
+    const cudaError_t e_ = (expr);                                                  \
+    if (e_ != cudaSuccess)                                                          \
+      throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+
+// ---- deterministic input values (identical on host and device) ---------------------------------
+
+__host__ __device__ inline uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+/// Uniform in [-1, 1), exactly representable in fp32 (24 random bits).
+__host__ __device__ inline float hash_value(uint64_t seed, int tensor, uint64_t i) {
+  const uint64_t h = mix64(i * 4 + static_cast<uint64_t>(tensor) + seed * 0x100000001B3ull);
+  return static_cast<float>(h >> 40) * (1.0f / 8388608.0f) - 1.0f;
+}
+float host_value(uint64_t seed, int tensor, uint64_t i, bool bf16) {
+  const float x = hash_value(seed, tensor, i);
+  return bf16 ? round_to_bf16(x) : round_to_fp16(x);
+}
+
+__global__ void fill_kernel(uint16_t* dst, uint64_t n, uint64_t seed, int tensor, bool bf16) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float x = hash_value(seed, tensor, i);
+    if (bf16) {
+      const __nv_bfloat16 b = __float2bfloat16_rn(x);
+      dst[i] = *reinterpret_cast<const uint16_t*>(&b);
+    } else {
+      const __half h = __float2half_rn(x);
+      dst[i] = *reinterpret_cast<const uint16_t*>(&h);
+    }
+  }
+}
+
+// ---- ceilings -----------------------------------------------------------------------------------
+
+__global__ void stream_read_kernel(const uint4* __restrict__ src, uint64_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {  // 4 independent loads in flight
+    const uint4 a = __ldcs(src + i), b = __ldcs(src + i + stride), c = __ldcs(src + i + 2 * stride),
+                d = __ldcs(src + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^
+           d.w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 a = __ldcs(src + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+double measure_hbm_GBps(int num_sms) {
+  const uint64_t bytes = 2ull << 30;
+  void* buf = nullptr;
+  uint32_t* sink = nullptr;
+  BENCH_CUDA(cudaMalloc(&buf, bytes));
+  BENCH_CUDA(cudaMalloc(&sink, 4));
+  BENCH_CUDA(cudaMemset(buf, 0x5A, bytes));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  std::vector<double> gbps;
+  for (int r = 0; r < 18; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0));
+    stream_read_kernel<<<num_sms * 8, 512>>>(static_cast<const uint4*>(buf), bytes / 16, sink);
+    BENCH_CUDA(cudaEventRecord(e1));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 3) gbps.push_back(bytes / (ms * 1e-3) / 1e9);
+  }
+  BENCH_CUDA(cudaGetLastError());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(buf);
+  cudaFree(sink);
+  return median(gbps);
+}
+
+double measure_tc_TFLOPs() {
+  const int n = 8192;
+  const size_t elems = static_cast<size_t>(n) * n;
+  uint16_t *a = nullptr, *b = nullptr, *c = nullptr;
+  BENCH_CUDA(cudaMalloc(&a, elems * 2));
+  BENCH_CUDA(cudaMalloc(&b, elems * 2));
+  BENCH_CUDA(cudaMalloc(&c, elems * 2));
+  fill_kernel<<<1024, 256>>>(a, elems, 11, 0, false);
+  fill_kernel<<<1024, 256>>>(b, elems, 12, 0, false);
+  BENCH_CUDA(cudaGetLastError());
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
+  const float alpha = 1.f, beta = 0.f;
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  std::vector<double> tf;
+  for (int r = 0; r < 13; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0));
+    const cublasStatus_t st =
+        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16F, n, b, CUDA_R_16F,
+                     n, &beta, c, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    BENCH_CUDA(cudaEventRecord(e1));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    if (st != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasGemmEx failed");
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 3) tf.push_back(2.0 * n * n * static_cast<double>(n) / (ms * 1e-3) / 1e12);
+  }
+  cublasDestroy(h);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return median(tf);
+}
+
+// ---- one problem --------------------------------------------------------------------------------
+
+struct DeviceInputs {
+  void* q = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;
+  ~DeviceInputs() {
+    for (void* p : {q, k, v, out, static_cast<void*>(lse)})
+      if (p != nullptr) cudaFree(p);
+  }
+};
+
+struct Result {
+  std::string workload, set, planner, dtype;
+  int32_t page_size = 0, qo = 0, kv = 0, head_dim = 0, queries = 0;
+  double median_ms = 0, floor_ms = 0, floor_fraction = 0, baseline_ms = 0, max_rel_err = 0;
+  double GBps = 0, bytes_min = 0, flops_min = 0, est_us = 0, kv_read_bytes = 0;
+  int64_t items = 0;
+  bool check_ok = true;
+};
+
+/// The float64 oracle on a sub-tree holding only the sampled queries' paths; compares with the
+/// GPU output (host copy). Returns max|out - ref| / max|ref|.
+double check_sample(const Problem& pb, const std::vector<uint16_t>& out, uint64_t seed, bool bf16,
+                    bool* nan_seen) {
+  const PrefixTree& t = pb.tree;
+  const int64_t H = pb.num_qo_heads, KH = pb.num_kv_heads, D = pb.head_dim, P = t.page_size;
+  const int32_t nq = t.num_queries();
+  // sample: spread queries, stop when the oracle work passes ~2e8 multiply-adds
+  std::vector<int32_t> order;
+  for (int32_t i = 0; i < std::min(nq, 16); ++i)
+    order.push_back(nq <= 16 ? i : static_cast<int32_t>(int64_t{i} * (nq - 1) / 15));
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  std::vector<int32_t> sample;
+  double work = 0;
+  for (int32_t q : order) {
+    const double w = static_cast<double>(query_context(t, q)) * H * D * 2;
+    if (!sample.empty() && work + w > 2e8) break;
+    sample.push_back(q);
+    work += w;
+  }
+  // sub-tree: nodes on the sampled paths, pages renumbered densely
+  PrefixTree sub;
+  sub.page_size = t.page_size;
+  std::map<int32_t, int32_t> node_map;
+  std::vector<int32_t> orig_page;
+  for (int32_t q : sample) {
+    int32_t parent = kNoParent;
+    for (int32_t n : query_path(t, q)) {
+      auto it = node_map.find(n);
+      if (it == node_map.end()) {
+        TreeNode nn;
+        nn.id = static_cast<int64_t>(sub.nodes.size());
+        nn.parent = parent;
+        nn.tokens = t.nodes[n].tokens;
+        nn.page_offset = t.nodes[n].page_offset;
+        for (int32_t pg : t.nodes[n].pages) {
+          nn.pages.push_back(static_cast<int32_t>(orig_page.size()));
+          orig_page.push_back(pg);
+        }
+        it = node_map.emplace(n, static_cast<int32_t>(sub.nodes.size())).first;
+        sub.nodes.push_back(std::move(nn));
+      }
+      parent = it->second;
+    }
+    sub.query_node.push_back(parent);
+  }
+  sub.num_pages = static_cast<int32_t>(orig_page.size());
+  const int64_t page_elems = P * KH * D;
+  std::vector<float> q(sample.size() * H * D), k(orig_page.size() * page_elems),
+      v(orig_page.size() * page_elems);
+  for (size_t i = 0; i < sample.size(); ++i)
+    for (int64_t e = 0; e < H * D; ++e)
+      q[i * H * D + e] = host_value(seed, 0, static_cast<uint64_t>(sample[i]) * H * D + e, bf16);
+  for (size_t pg = 0; pg < orig_page.size(); ++pg)
+    for (int64_t e = 0; e < page_elems; ++e) {
+      const uint64_t src = static_cast<uint64_t>(orig_page[pg]) * page_elems + e;
+      k[pg * page_elems + e] = host_value(seed, 1, src, bf16);
+      v[pg * page_elems + e] = host_value(seed, 2, src, bf16);
+    }
+  HostAttentionInputs in;
+  in.num_qo_heads = pb.num_qo_heads;
+  in.num_kv_heads = pb.num_kv_heads;
+  in.head_dim = pb.head_dim;
+  in.q = q.data();
+  in.k = k.data();
+  in.v = v.data();
+  std::vector<double> ref(sample.size() * H * D), lse(sample.size() * H);
+  reference_attention(sub, in, {}, ref.data(), lse.data());
+  double max_err = 0, max_ref = 0;
+  for (size_t i = 0; i < sample.size(); ++i)
+    for (int64_t e = 0; e < H * D; ++e) {
+      const uint16_t b = out[static_cast<size_t>(sample[i]) * H * D + e];
+      const double g = bf16 ? bf16_bits_to_float(b) : half_bits_to_float(b);
+      const double r = ref[i * H * D + e];
+      if (std::isnan(g)) *nan_seen = true;
+      max_err = std::max(max_err, std::fabs(g - r));
+      max_ref = std::max(max_ref, std::fabs(r));
+    }
+  return max_ref > 0 ? max_err / max_ref : max_err;
+}
+
+struct Timer {
+  void* flush = nullptr;
+  size_t flush_bytes = 0;
+  cudaEvent_t e0{}, e1{};
+  cudaStream_t stream{};
+};
+
+/// Plans, uploads, checks once and times `runs` runs. Throws on CUDA errors; returns false (and
+/// prints a note) if the planner throws.
+bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& in, bool bf16,
+             uint64_t seed, int runs, Timer& tm, Result* res) {
+  PlanOptions opts;
+  opts.planner = planner;
+  opts.num_qo_heads = pb.num_qo_heads;
+  opts.num_kv_heads = pb.num_kv_heads;
+  opts.head_dim = pb.head_dim;
+  opts.dtype_bytes = 2;
+  Plan plan;
+  try {
+    plan = make_plan(pb.tree, opts);
+  } catch (const std::exception& e) {
+    std::printf("  [skip] planner %s: %s\n", planner.c_str(), e.what());
+    return false;
+  }
+  const PlanLayout layout = plan_layout(plan);
+  std::vector<unsigned char> meta(static_cast<size_t>(layout.metadata_bytes));
+  pack_plan(plan, layout, meta.data());
+  void* ws = nullptr;
+  BENCH_CUDA(cudaMalloc(&ws, std::max<int64_t>(layout.total_bytes, 256)));
+  BENCH_CUDA(cudaMemcpy(ws, meta.data(), meta.size(), cudaMemcpyHostToDevice));
+  const int64_t H = pb.num_qo_heads, KH = pb.num_kv_heads, D = pb.head_dim;
+  const int64_t nq = pb.tree.num_queries();
+  DecodeArgs a;
+  a.dtype = bf16 ? DType::kBFloat16 : DType::kFloat16;
+  a.q = in.q;
+  a.q_stride_query = H * D;
+  a.q_stride_head = D;
+  a.k = in.k;
+  a.v = in.v;
+  a.page_stride = static_cast<int64_t>(pb.tree.page_size) * KH * D;
+  a.slot_stride = KH * D;
+  a.head_stride = D;
+  a.out = in.out;
+  a.o_stride_query = H * D;
+  a.o_stride_head = D;
+  a.lse = in.lse;
+  // checked run on a poisoned output
+  BENCH_CUDA(cudaMemset(in.out, 0xFF, nq * H * D * 2));
+  Status st = run_decode(layout, ws, a, tm.stream);
+  if (st != Status::kOk)
+    throw std::runtime_error(std::string("run_decode: ") + status_string(st) + " " +
+                             last_cuda_error());
+  BENCH_CUDA(cudaStreamSynchronize(tm.stream));
+  std::vector<uint16_t> out(nq * H * D);
+  BENCH_CUDA(cudaMemcpy(out.data(), in.out, out.size() * 2, cudaMemcpyDeviceToHost));
+  bool nan_seen = false;
+  res->max_rel_err = check_sample(pb, out, seed, bf16, &nan_seen);
+  res->check_ok = !nan_seen && res->max_rel_err <= (bf16 ? 1e-2 : 2e-3);
+  if (!res->check_ok)
+    std::printf("  !!!! CHECK FAILED: %s planner=%s max_rel_err=%.3g%s\n", pb.name.c_str(),
+                planner.c_str(), res->max_rel_err, nan_seen ? " (NaN)" : "");
+  // timed runs
+  std::vector<double> ms;
+  for (int r = 0; r < runs + 3; ++r) {
+    BENCH_CUDA(cudaMemsetAsync(tm.flush, r & 0xFF, tm.flush_bytes, tm.stream));
+    BENCH_CUDA(cudaEventRecord(tm.e0, tm.stream));
+    st = run_decode(layout, ws, a, tm.stream);
+    BENCH_CUDA(cudaEventRecord(tm.e1, tm.stream));
+    if (st != Status::kOk) throw std::runtime_error("run_decode failed while timing");
+    BENCH_CUDA(cudaEventSynchronize(tm.e1));
+    float t = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&t, tm.e0, tm.e1));
+    if (r >= 3) ms.push_back(t);
+  }
+  BENCH_CUDA(cudaGetLastError());
+  cudaFree(ws);
+  res->median_ms = median(ms);
+  res->items = static_cast<int64_t>(plan.items.size());
+  const PlanStats stats = plan_stats(pb.tree, plan, opts.device);
+  res->est_us = stats.est_time_us;
+  res->kv_read_bytes = static_cast<double>(stats.kv_bytes_read);
+  return true;
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+int bench_command(int argc, char** argv) {
+  std::vector<FlagSpec> flags = input_flags(true);
+  flags.push_back({"planner", true, "planner name or 'all' (default all; placeholders skipped)"});
+  flags.push_back({"dtype", true, "fp16 (default) or bf16"});
+  flags.push_back({"json", true, "write results as JSON to this file"});
+  flags.push_back({"runs", true, "timed runs per line and planner (>= 50, default 50)"});
+  const Args a(argc, argv, 2, flags);
+  if (a.help()) {
+    std::printf("%s", a.usage("bench").c_str());
+    return 0;
+  }
+  const std::string planner_arg = a.str("planner", "all");
+  const std::string dtype = a.str("dtype", "fp16");
+  if (dtype != "fp16" && dtype != "bf16")
+    throw std::invalid_argument("--dtype: expected fp16 or bf16, got '" + dtype + "'");
+  const bool bf16 = dtype == "bf16";
+  const int runs = static_cast<int>(a.integer("runs", 50, 50, 100000));
+  const uint64_t seed = a.u64("seed", 0);
+  std::vector<std::string> planners;
+  if (planner_arg == "all") {
+    planners = planner_names();
+  } else {
+    const auto& names = planner_names();
+    if (std::find(names.begin(), names.end(), planner_arg) == names.end())
+      throw std::invalid_argument("--planner: unknown planner '" + planner_arg + "'");
+    planners = {planner_arg};
+  }
+  const std::vector<Problem> problems = load_problems(a, true);
+
+  int dev = 0;
+  cudaDeviceProp prop{};
+  {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      std::fprintf(stderr, "treeattn bench: no CUDA GPU\n");
+      return 1;
+    }
+  }
+  BENCH_CUDA(cudaGetDevice(&dev));
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
+  const double hbm = measure_hbm_GBps(prop.multiProcessorCount);
+  const double tc = measure_tc_TFLOPs();
+  std::printf(
+      "device: %s, %d SMs, L2 %d MB\nceilings: HBM read %.0f GB/s, fp16 tensor %.0f TFLOP/s\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, hbm, tc);
+
+  Timer tm;
+  tm.flush_bytes = std::max<size_t>(static_cast<size_t>(prop.l2CacheSize) * 3, 256u << 20);
+  BENCH_CUDA(cudaMalloc(&tm.flush, tm.flush_bytes));
+  BENCH_CUDA(cudaEventCreate(&tm.e0));
+  BENCH_CUDA(cudaEventCreate(&tm.e1));
+  BENCH_CUDA(cudaStreamCreate(&tm.stream));
+
+  std::vector<Result> results;
+  std::printf("%-44s %-6s %-10s %9s %9s %6s %7s %9s %7s %9s\n", "workload", "heads", "planner",
+              "median_us", "floor_us", "floor%", "GB/s", "base_us", "speedup", "rel_err");
+  for (const Problem& pb : problems) {
+    const PrefixTree& t = pb.tree;
+    const int64_t H = pb.num_qo_heads, KH = pb.num_kv_heads, D = pb.head_dim;
+    const int64_t nq = t.num_queries();
+    const uint64_t kv_elems = static_cast<uint64_t>(t.num_pages) * t.page_size * KH * D;
+    DeviceInputs in;
+    BENCH_CUDA(cudaMalloc(&in.q, nq * H * D * 2));
+    BENCH_CUDA(cudaMalloc(&in.k, kv_elems * 2 + 16));
+    BENCH_CUDA(cudaMalloc(&in.v, kv_elems * 2 + 16));
+    BENCH_CUDA(cudaMalloc(&in.out, nq * H * D * 2));
+    BENCH_CUDA(cudaMalloc(&in.lse, nq * H * 4));
+    fill_kernel<<<2048, 256>>>(static_cast<uint16_t*>(in.q), nq * H * D, seed, 0, bf16);
+    fill_kernel<<<2048, 256>>>(static_cast<uint16_t*>(in.k), kv_elems, seed, 1, bf16);
+    fill_kernel<<<2048, 256>>>(static_cast<uint16_t*>(in.v), kv_elems, seed, 2, bf16);
+    BENCH_CUDA(cudaGetLastError());
+    BENCH_CUDA(cudaDeviceSynchronize());
+    // floor
+    double ctx_sum = 0;
+    for (int32_t q = 0; q < nq; ++q) ctx_sum += static_cast<double>(query_context(t, q));
+    const double bytes_min = static_cast<double>(unique_tokens(t)) * KH * D * 2 * 2 +
+                             static_cast<double>(nq) * H * D * 2 * 2;
+    const double flops_min = 4.0 * ctx_sum * H * D;
+    const double floor_ms = std::max(bytes_min / (hbm * 1e9), flops_min / (tc * 1e12)) * 1e3;
+    std::string wname = pb.name;
+    if (wname.find("heads=") == std::string::npos)
+      wname += " heads=" + std::to_string(H) + "/" + std::to_string(KH);
+    // baseline first
+    Result base;
+    const bool have_base = run_one(pb, "query", in, bf16, seed, runs, tm, &base);
+    for (const std::string& pl : planners) {
+      Result r;
+      if (pl == "query" && have_base) {
+        r = base;
+      } else if (!run_one(pb, pl, in, bf16, seed, runs, tm, &r)) {
+        continue;
+      }
+      r.workload = wname;
+      r.set = pb.set;
+      r.planner = pl;
+      r.dtype = dtype;
+      r.page_size = t.page_size;
+      r.qo = static_cast<int32_t>(H);
+      r.kv = static_cast<int32_t>(KH);
+      r.head_dim = static_cast<int32_t>(D);
+      r.queries = static_cast<int32_t>(nq);
+      r.floor_ms = floor_ms;
+      r.bytes_min = bytes_min;
+      r.flops_min = flops_min;
+      r.floor_fraction = floor_ms / r.median_ms;
+      r.GBps = bytes_min / (r.median_ms * 1e-3) / 1e9;
+      r.baseline_ms = have_base ? base.median_ms : 0;
+      char heads[16];
+      std::snprintf(heads, sizeof(heads), "%d/%d", r.qo, r.kv);
+      std::printf("%-44.44s %-6s %-10s %9.1f %9.1f %5.1f%% %7.0f %9.1f %6.2fx %9.2e%s\n",
+                  pb.name.c_str(), heads, pl.c_str(), r.median_ms * 1e3, floor_ms * 1e3,
+                  100 * r.floor_fraction, r.GBps, r.baseline_ms * 1e3,
+                  r.baseline_ms > 0 ? r.baseline_ms / r.median_ms : 0.0, r.max_rel_err,
+                  r.check_ok ? "" : "  CHECK FAILED");
+      std::fflush(stdout);
+      results.push_back(r);
+    }
+  }
+
+  // geometric means of the floor fraction per (set, planner) and of the best planner per line
+  std::map<std::pair<std::string, std::string>, std::pair<double, int>> gm;
+  std::map<std::string, std::map<std::string, double>> best;  // set -> line -> best fraction
+  int failures = 0;
+  for (const Result& r : results) {
+    auto& g = gm[{r.set.empty() ? "-" : r.set, r.planner}];
+    g.first += std::log(r.floor_fraction);
+    g.second += 1;
+    double& b = best[r.set.empty() ? "-" : r.set][r.workload + "|" + std::to_string(r.page_size)];
+    b = std::max(b, r.floor_fraction);
+    failures += !r.check_ok;
+  }
+  std::printf("\ngeometric mean of floor fraction:\n");
+  for (const auto& [key, v] : gm)
+    std::printf("  set=%-9s planner=%-10s %6.1f%%  (%d lines)\n", key.first.c_str(),
+                key.second.c_str(), 100 * std::exp(v.first / v.second), v.second);
+  for (const auto& [set, lines] : best) {
+    double s = 0;
+    for (const auto& [line, f] : lines) s += std::log(f);
+    std::printf("  set=%-9s best planner per line %6.1f%%  (%zu lines)\n", set.c_str(),
+                100 * std::exp(s / lines.size()), lines.size());
+  }
+  if (failures) std::printf("!!!! %d CHECK FAILURES\n", failures);
+
+  if (a.has("json")) {
+    FILE* f = std::fopen(a.str("json").c_str(), "w");
+    if (f == nullptr) throw std::invalid_argument("--json: cannot write '" + a.str("json") + "'");
+    std::fprintf(f,
+                 "{\"device\": \"%s\", \"date\": \"%s\", \"ceilings\": {\"hbm_read_GBps\": %.1f, "
+                 "\"tc_TFLOPs\": %.1f},\n \"results\": [",
+                 json_escape(prop.name).c_str(), today().c_str(), hbm, tc);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result& r = results[i];
+      std::fprintf(f,
+                   "%s\n  {\"workload\": \"%s\", \"set\": \"%s\", \"planner\": \"%s\", \"dtype\": "
+                   "\"%s\", \"page_size\": %d, \"median_ms\": %.6f, \"floor_ms\": %.6f, "
+                   "\"floor_fraction\": %.4f, \"baseline_query_ms\": %.6f, \"max_rel_err\": %.3e, "
+                   "\"heads\": \"%d/%d\", \"head_dim\": %d, \"queries\": %d, \"GBps\": %.1f, "
+                   "\"bytes_min\": %.0f, \"flops_min\": %.0f, \"items\": %lld, "
+                   "\"kv_bytes_read\": %.0f, \"est_us\": %.2f, \"check_ok\": %s}",
+                   i ? "," : "", json_escape(r.workload).c_str(), r.set.c_str(), r.planner.c_str(),
+                   r.dtype.c_str(), r.page_size, r.median_ms, r.floor_ms, r.floor_fraction,
+                   r.baseline_ms, r.max_rel_err, r.qo, r.kv, r.head_dim, r.queries, r.GBps,
+                   r.bytes_min, r.flops_min, static_cast<long long>(r.items), r.kv_read_bytes,
+                   r.est_us, r.check_ok ? "true" : "false");
+    }
+    std::fprintf(f, "\n]}\n");
+    std::fclose(f);
+  }
+  cudaFree(tm.flush);
+  cudaEventDestroy(tm.e0);
+  cudaEventDestroy(tm.e1);
+  cudaStreamDestroy(tm.stream);
+  return failures ? 1 : 0;
+}
+
+}  // namespace treeattn::cli

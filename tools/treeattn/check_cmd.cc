@@ -1,0 +1,189 @@
+// `treeattn check`: for each selected tree (or every line of --workloads SET|all) and planner,
+//   1. make_plan() and check_coverage() (every (query, token) pair exactly once, slots, merges);
+//   2. the float32 CPU executor against the float64 oracle on fresh random fp16 (bf16 where the
+//      workload says so) inputs, on a sample of queries.
+// Error measure: max |out - ref| / max |ref| over every checked element (also |lse - ref_lse|,
+// absolute); PASS when both are <= kTolerance = 2e-3 and nothing is NaN. The measure is global,
+// not per element, because outputs are averages of many V rows and single elements can be ~0.
+//
+// Cost bounding (so `check --workloads all --planner all` runs in about a minute on 2 cores):
+// the sample defaults to all queries when there are <= 64, else 64 random ones (--sample-queries
+// overrides; 0 = all); then, while the oracle work (sampled context tokens x checked query heads
+// x head_dim) exceeds kWorkBudget or the random K/V would exceed kInputBudget elements, only the
+// first KV heads (each with its whole GQA group) are
+// checked, and, with the sample not given explicitly, the sample shrinks (to >= 2 queries). KV
+// heads are independent in both executor and oracle and the plan does not depend on head data,
+// so checking a head subset checks the plan's structure fully; the executor and oracle then run
+// on a plan copy whose shape says num_kv_heads = checked heads, num_qo_heads = group x that.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "inputs.h"
+#include "treeattn/cpu/reference.h"
+#include "treeattn/plan/planner.h"
+
+namespace treeattn::cli {
+namespace {
+
+constexpr double kTolerance = 2e-3;
+constexpr double kWorkBudget = 4e7;   // oracle multiply-adds per q.k pass, ~0.1 s
+constexpr double kInputBudget = 4e6;  // K elements generated (num_pages x P x heads x head_dim)
+
+struct Sample {
+  std::vector<int32_t> queries;  // sorted
+  int32_t kv_heads = 1;          // checked KV heads (the first ones)
+};
+
+Sample choose_sample(const Problem& p, int64_t requested, bool explicit_k, uint64_t seed) {
+  const int32_t nq = p.tree.num_queries();
+  std::vector<int32_t> perm(nq);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(seed ^ 0xC0FFEEull);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int64_t k = requested == 0 ? nq : std::min<int64_t>(requested, nq);
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  std::vector<int64_t> ctx(nq);
+  for (int32_t q = 0; q < nq; ++q) ctx[q] = query_context(p.tree, q);
+  auto work = [&](int64_t kk, int64_t heads) {
+    double w = 0;
+    for (int64_t i = 0; i < kk; ++i) w += static_cast<double>(ctx[perm[i]]);
+    return w * static_cast<double>(heads * group * p.head_dim);
+  };
+  int64_t heads = p.num_kv_heads;
+  const double kv_rows = static_cast<double>(p.tree.num_pages) * p.tree.page_size * p.head_dim;
+  while (heads > 1 && kv_rows * heads > kInputBudget) heads = std::max<int64_t>(1, heads / 2);
+  while (heads > 1 && work(k, heads) > kWorkBudget) heads = std::max<int64_t>(1, heads / 2);
+  if (!explicit_k)
+    while (k > 2 && work(k, heads) > kWorkBudget) k = std::max<int64_t>(2, k * 3 / 4);
+  Sample s;
+  s.queries.assign(perm.begin(), perm.begin() + std::min<int64_t>(k, nq));
+  std::sort(s.queries.begin(), s.queries.end());
+  s.kv_heads = static_cast<int32_t>(heads);
+  return s;
+}
+
+}  // namespace
+
+int check_command(int argc, char** argv) {
+  std::vector<FlagSpec> flags = input_flags(true);
+  flags.push_back({"planner", true, "planner name or 'all' (default all)"});
+  flags.push_back({"sample-queries", true, "queries checked against float64 (0 = all)"});
+  flags.push_back({"device", true, "device the planners target: a100, h100, h200 (default)"});
+  const Args a(argc, argv, 2, flags);
+  if (a.help()) {
+    std::printf("%s", a.usage("check").c_str());
+    return 0;
+  }
+  const std::string planner = a.str("planner", "all");
+  std::vector<std::string> planners;
+  if (planner == "all") {
+    planners = planner_names();
+  } else {
+    bool known = false;
+    for (const std::string& n : planner_names()) known |= n == planner;
+    if (!known) throw std::invalid_argument("--planner: unknown planner '" + planner + "'");
+    planners = {planner};
+  }
+  const int64_t requested = a.integer("sample-queries", 64, 0, 1 << 24);
+  const bool explicit_k = a.has("sample-queries");
+  const uint64_t seed = a.u64("seed", 0);
+  DeviceInfo dev;
+  try {
+    dev = device_preset(a.str("device", "h200"));
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("--device: ") + e.what());
+  }
+  const std::vector<Problem> problems = load_problems(a, true);
+
+  int total = 0, passed = 0;
+  for (const Problem& p : problems) {
+    const int32_t nq = p.tree.num_queries();
+    const Sample s = choose_sample(p, requested, explicit_k, seed);
+    const int32_t group = p.num_qo_heads / p.num_kv_heads;
+    HostAttentionInputs in;
+    in.num_qo_heads = group * s.kv_heads;
+    in.num_kv_heads = s.kv_heads;
+    in.head_dim = p.head_dim;
+    RandomInputs data;
+    std::vector<double> ref, ref_lse;
+    bool inputs_ok = true;
+    std::string input_error;
+    try {
+      data = random_inputs(p.tree, in.num_qo_heads, in.num_kv_heads, p.head_dim, p.bf16, seed);
+      in.q = data.q.data();
+      in.k = data.k.data();
+      in.v = data.v.data();
+      ref.assign(static_cast<size_t>(nq) * in.num_qo_heads * p.head_dim, 0.0);
+      ref_lse.assign(static_cast<size_t>(nq) * in.num_qo_heads, 0.0);
+      reference_attention(p.tree, in, s.queries, ref.data(), ref_lse.data());
+    } catch (const std::exception& e) {
+      inputs_ok = false;
+      input_error = e.what();
+    }
+    const std::string label = (p.set.empty() ? "" : p.set + "  ") + p.name + "  " + shape_text(p);
+    for (const std::string& name : planners) {
+      ++total;
+      std::string verdict, detail;
+      try {
+        if (!inputs_ok) throw std::runtime_error("inputs: " + input_error);
+        PlanOptions opts;
+        opts.planner = name;
+        opts.num_qo_heads = p.num_qo_heads;
+        opts.num_kv_heads = p.num_kv_heads;
+        opts.head_dim = p.head_dim;
+        opts.dtype_bytes = 2;
+        opts.device = dev;
+        const Plan plan = make_plan(p.tree, opts);
+        check_coverage(p.tree, plan);
+        Plan sub = plan;  // same items, restricted to the checked KV heads (see file comment)
+        sub.shape.num_kv_heads = in.num_kv_heads;
+        sub.shape.num_qo_heads = in.num_qo_heads;
+        std::vector<float> out(ref.size(), NAN), lse(ref_lse.size(), NAN);
+        execute_plan_cpu(sub, in, s.queries, out.data(), lse.data());
+        double max_ref = 0, max_err = 0, max_lse_err = 0;
+        bool nan = false;
+        const int64_t row = static_cast<int64_t>(in.num_qo_heads) * p.head_dim;
+        for (const int32_t q : s.queries) {
+          for (int64_t i = q * row; i < (q + 1) * row; ++i) {
+            if (!std::isfinite(out[i])) nan = true;
+            max_ref = std::max(max_ref, std::fabs(ref[i]));
+            max_err = std::max(max_err, std::fabs(static_cast<double>(out[i]) - ref[i]));
+          }
+          for (int64_t h = 0; h < in.num_qo_heads; ++h) {
+            const int64_t i = static_cast<int64_t>(q) * in.num_qo_heads + h;
+            if (!std::isfinite(lse[i])) nan = true;
+            max_lse_err = std::max(max_lse_err, std::fabs(lse[i] - ref_lse[i]));
+          }
+        }
+        const double rel = max_ref > 0 ? max_err / max_ref : max_err;
+        const bool ok = !nan && rel <= kTolerance && max_lse_err <= kTolerance;
+        char buf[160];
+        std::snprintf(
+            buf, sizeof(buf), "max_rel_err %.2e  lse_err %.2e%s  (queries %zu/%d, kv heads %d/%d)",
+            rel, max_lse_err, nan ? "  NaN" : "", s.queries.size(), nq, s.kv_heads, p.num_kv_heads);
+        verdict = ok ? "PASS" : "FAIL";
+        detail = buf;
+      } catch (const std::exception& e) {
+        verdict = "FAIL";
+        detail = std::string("error: ") + e.what();
+      }
+      passed += verdict == "PASS";
+      std::printf("%s  %-10s  %s  %s\n", verdict.c_str(), name.c_str(), label.c_str(),
+                  detail.c_str());
+      std::fflush(stdout);
+    }
+  }
+  std::printf("%d/%d passed (tolerance %.0e on max|out-ref|/max|ref| and on |lse-ref|)\n", passed,
+              total, kTolerance);
+  return passed == total ? 0 : 1;
+}
+
+}  // namespace treeattn::cli

@@ -1,0 +1,136 @@
+// Implementation of the CLI's problem selection (inputs.h).
+#include "inputs.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "treeattn/tree/builders.h"
+#include "treeattn/tree/workloads.h"
+
+namespace treeattn::cli {
+namespace {
+
+[[noreturn]] void rethrow(const std::string& flag, const std::exception& e) {
+  throw std::invalid_argument("--" + flag + ": " + e.what());
+}
+
+struct Overrides {
+  bool heads = false;
+  int32_t qo = 0, kv = 0, head_dim = 0, page_size = 0;
+};
+
+Overrides read_overrides(const Args& a) {
+  Overrides o;
+  o.heads = a.heads("heads", &o.qo, &o.kv);
+  o.head_dim = static_cast<int32_t>(a.integer("head-dim", 0, 1, 1024));
+  if (a.has("head-dim") && o.head_dim != 64 && o.head_dim != 128 && o.head_dim != 256)
+    throw std::invalid_argument("--head-dim: must be 64, 128 or 256, got " + a.str("head-dim"));
+  o.page_size = static_cast<int32_t>(a.integer("page-size", 0, 1, 4096));
+  return o;
+}
+
+void apply_shape(const Overrides& o, const ModelShape& own, Problem* p) {
+  p->num_qo_heads = o.heads ? o.qo : own.num_qo_heads > 0 ? own.num_qo_heads : 32;
+  p->num_kv_heads = o.heads ? o.kv : own.num_kv_heads > 0 ? own.num_kv_heads : 8;
+  p->head_dim = o.head_dim > 0 ? o.head_dim : own.head_dim > 0 ? own.head_dim : 128;
+}
+
+Problem from_workload(const Workload& w0, const Overrides& o, PageLayout layout, uint64_t seed) {
+  Workload w = w0;
+  if (o.page_size > 0) w.spec.page_size = o.page_size;
+  Problem p;
+  p.set = w.set;
+  p.name = w.name;
+  p.tree = build_workload(w, layout, seed);
+  apply_shape(o, w.spec.shape, &p);
+  p.bf16 = w.spec.dtype == "bf16";
+  return p;
+}
+
+}  // namespace
+
+std::vector<FlagSpec> input_flags(bool with_sets) {
+  std::vector<FlagSpec> f = {
+      {"tree", true, "JSON tree file (format in include/treeattn/tree/builders.h)"},
+      {"levels", true, "level spec, e.g. 'N=1,16 C=1024,64 heads=32/8'"},
+      {"workload", true, "one named workload: 'fasttree:3' or its exact line (treeattn workloads)"},
+      {"heads", true, "query/KV heads, e.g. 32/8 (overrides the input's own)"},
+      {"head-dim", true, "64, 128 or 256 (overrides the input's own)"},
+      {"page-size", true, "tokens per KV page for --levels/--workload (overrides)"},
+      {"shuffle-pages", false, "lay pages out in random order (fragmentation), see --seed"},
+      {"seed", true, "random seed (page shuffle, inputs, sampling); default 0"},
+  };
+  if (with_sets) f.push_back({"workloads", true, "every line of a workload set, or 'all'"});
+  return f;
+}
+
+std::vector<Problem> load_problems(const Args& a, bool with_sets) {
+  int sources =
+      a.has("tree") + a.has("levels") + a.has("workload") + (with_sets && a.has("workloads"));
+  if (sources != 1) {
+    const std::string opts = with_sets ? "--tree, --levels, --workload or --workloads"
+                                       : "--tree, --levels or --workload";
+    throw std::invalid_argument(std::string(sources == 0 ? "--tree: missing input, give one of "
+                                                         : "--tree: give only one of ") +
+                                opts);
+  }
+  const Overrides o = read_overrides(a);
+  const PageLayout layout =
+      a.has("shuffle-pages") ? PageLayout::kShuffled : PageLayout::kContiguous;
+  const uint64_t seed = a.u64("seed", 0);
+  std::vector<Problem> out;
+  if (a.has("tree")) {
+    if (o.page_size > 0)
+      throw std::invalid_argument("--page-size: a JSON tree's page size is fixed by its pages");
+    if (a.has("shuffle-pages"))
+      throw std::invalid_argument("--shuffle-pages: a JSON tree's pages are fixed by the file");
+    Problem p;
+    p.name = a.str("tree");
+    try {
+      p.tree = tree_from_json_file(p.name);
+    } catch (const std::exception& e) {
+      rethrow("tree", e);
+    }
+    apply_shape(o, p.tree.shape, &p);
+    out.push_back(std::move(p));
+  } else if (a.has("levels")) {
+    Problem p;
+    try {
+      LevelSpec spec = parse_levels(a.str("levels"));
+      if (o.page_size > 0) spec.page_size = o.page_size;
+      p.name = spec.text.empty() ? a.str("levels") : spec.text;
+      p.tree = tree_from_levels(spec, layout, seed);
+      apply_shape(o, spec.shape, &p);
+      p.bf16 = spec.dtype == "bf16";
+    } catch (const std::exception& e) {
+      rethrow("levels", e);
+    }
+    out.push_back(std::move(p));
+  } else if (a.has("workload")) {
+    Workload w;
+    try {
+      w = find_workload(a.str("workload"));
+    } catch (const std::exception& e) {
+      rethrow("workload", e);
+    }
+    out.push_back(from_workload(w, o, layout, seed));
+  } else {
+    std::vector<Workload> ws;
+    try {
+      ws = workload_set(a.str("workloads"));
+    } catch (const std::exception& e) {
+      rethrow("workloads", e);
+    }
+    for (const Workload& w : ws) out.push_back(from_workload(w, o, layout, seed));
+  }
+  return out;
+}
+
+std::string shape_text(const Problem& p) {
+  std::ostringstream os;
+  os << "heads=" << p.num_qo_heads << "/" << p.num_kv_heads << " dim=" << p.head_dim
+     << " page=" << p.tree.page_size;
+  return os.str();
+}
+
+}  // namespace treeattn::cli

@@ -1,0 +1,33 @@
+// Problem selection shared by the CLI subcommands that take a tree: --tree FILE.json,
+// --levels 'N=.. C=..', --workload KEY (or, where allowed, --workloads SET|all), with
+// --heads/--head-dim/--page-size overriding the input's own values and --shuffle-pages/--seed
+// choosing the page layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "treeattn/tree/prefix_tree.h"
+
+namespace treeattn::cli {
+
+/// One tree plus the model shape to plan it for.
+struct Problem {
+  std::string set;   ///< workload set, or "" for --tree / --levels
+  std::string name;  ///< workload line / levels text / file path
+  PrefixTree tree;
+  int32_t num_qo_heads = 32, num_kv_heads = 8, head_dim = 128;
+  bool bf16 = false;
+};
+
+/// The input flags; `with_sets` adds --workloads.
+std::vector<FlagSpec> input_flags(bool with_sets);
+/// Builds the selected problems (one, or a whole set for --workloads). Throws
+/// std::invalid_argument whose message starts with the offending flag.
+std::vector<Problem> load_problems(const Args& args, bool with_sets);
+/// Human-readable "heads=32/8 dim=128 page=16" suffix.
+std::string shape_text(const Problem& p);
+
+}  // namespace treeattn::cli

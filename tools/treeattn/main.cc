@@ -1,0 +1,59 @@
+// treeattn CLI entry point: dispatches argv[1] to the subcommands of commands.h. Argument errors
+// (std::invalid_argument, message naming the flag) print "treeattn <cmd>: <message>" and exit 2.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+#include "commands.h"
+
+namespace {
+
+void print_usage() {
+  std::printf(
+      "usage: treeattn <command> [flags]\n"
+      "commands:\n"
+      "  plan       plan a tree and print plan statistics per planner\n"
+      "  check      check plans: coverage, then CPU executor vs float64 oracle\n"
+      "  workloads  list the embedded workload sets\n"
+      "  bench      GPU benchmark (CUDA builds only)\n"
+      "run 'treeattn <command> --help' for its flags\n");
+}
+
+}  // namespace
+
+#if !defined(TREEATTN_WITH_CUDA)
+namespace treeattn::cli {
+int bench_command(int, char**) {
+  std::fprintf(stderr,
+               "treeattn bench: this build has no CUDA kernels (nvcc was not found at configure "
+               "time)\n");
+  return 2;
+}
+}  // namespace treeattn::cli
+#endif
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    print_usage();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "plan") return treeattn::cli::plan_command(argc, argv);
+    if (cmd == "check") return treeattn::cli::check_command(argc, argv);
+    if (cmd == "workloads") return treeattn::cli::workloads_command(argc, argv);
+    if (cmd == "bench") return treeattn::cli::bench_command(argc, argv);
+    std::fprintf(stderr, "treeattn: unknown command '%s'\n", cmd.c_str());
+    print_usage();
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "treeattn %s: %s\n", cmd.c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "treeattn %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}
