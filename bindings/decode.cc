@@ -37,13 +37,25 @@ std::string dtype_str(const nb::dlpack::dtype& dt) {
   using C = nb::dlpack::dtype_code;
   const char* base = "unknown";
   switch (static_cast<C>(dt.code)) {
-    case C::Int: base = "int"; break;
-    case C::UInt: base = "uint"; break;
-    case C::Float: base = "float"; break;
-    case C::Bfloat: base = "bfloat"; break;
-    case C::Complex: base = "complex"; break;
-    case C::Bool: return "bool";
-    default: break;
+    case C::Int:
+      base = "int";
+      break;
+    case C::UInt:
+      base = "uint";
+      break;
+    case C::Float:
+      base = "float";
+      break;
+    case C::Bfloat:
+      base = "bfloat";
+      break;
+    case C::Complex:
+      base = "complex";
+      break;
+    case C::Bool:
+      return "bool";
+    default:
+      break;
   }
   return std::string(base) + std::to_string(dt.bits);
 }
@@ -72,8 +84,8 @@ void check_ndim(const AnyArray& a, const char* name, size_t ndim, const char* di
 
 void check_dim(const AnyArray& a, const char* name, size_t i, int64_t want, const char* what,
                const char* source) {
-  TA_CHECK_ARG(static_cast<int64_t>(a.shape(i)) == want, name, "dim ", i, " (", what,
-               ") must be ", want, " (", source, "), got shape ", shape_str(a));
+  TA_CHECK_ARG(static_cast<int64_t>(a.shape(i)) == want, name, "dim ", i, " (", what, ") must be ",
+               want, " (", source, "), got shape ", shape_str(a));
 }
 
 void check_same_device(const AnyArray& a, const char* name, const AnyArray& q) {
@@ -104,8 +116,10 @@ inline float load_f32(const char* base, const nb::dlpack::dtype& dt, int64_t off
       std::memcpy(&h, base + offset * 2, 2);
       return half_bits_to_float(h);
     }
-    case 32: return reinterpret_cast<const float*>(base)[offset];
-    default: return static_cast<float>(reinterpret_cast<const double*>(base)[offset]);
+    case 32:
+      return reinterpret_cast<const float*>(base)[offset];
+    default:
+      return static_cast<float>(reinterpret_cast<const double*>(base)[offset]);
   }
 }
 
@@ -122,8 +136,12 @@ inline void store_f32(char* base, const nb::dlpack::dtype& dt, int64_t offset, f
       std::memcpy(base + offset * 2, &h, 2);
       return;
     }
-    case 32: reinterpret_cast<float*>(base)[offset] = v; return;
-    default: reinterpret_cast<double*>(base)[offset] = v; return;
+    case 32:
+      reinterpret_cast<float*>(base)[offset] = v;
+      return;
+    default:
+      reinterpret_cast<double*>(base)[offset] = v;
+      return;
   }
 }
 
@@ -224,8 +242,8 @@ void decode_cpu(const PyPlan& p, const AnyArray& q, const AnyArray& k, const Any
   const bool combined = v == nullptr;
   const int64_t vbase = combined ? k.stride(1) : 0;
   std::vector<float> hq = gather_f32(view_of(q, {0, 1, 2}));
-  std::vector<float> hk = combined ? gather_f32(view_of(k, {0, 2, 3, 4}))
-                                   : gather_f32(view_of(k, {0, 1, 2, 3}));
+  std::vector<float> hk =
+      combined ? gather_f32(view_of(k, {0, 2, 3, 4})) : gather_f32(view_of(k, {0, 1, 2, 3}));
   std::vector<float> hv = combined ? gather_f32(view_of(k, {0, 2, 3, 4}, vbase))
                                    : gather_f32(view_of(*v, {0, 1, 2, 3}));
   const PlanShape& s = p.plan.shape;
@@ -285,8 +303,8 @@ void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray
     check_cuda_strides(*v, "v_cache", {0, 1, 2});
     for (int d = 0; d < 3; ++d)
       TA_CHECK_ARG(v->stride(d) == k.stride(d) || v->shape(d) == 1, "v_cache",
-                   "strides must equal k_cache's (dim ", d, ": ", v->stride(d), " vs ",
-                   k.stride(d), ")");
+                   "strides must equal k_cache's (dim ", d, ": ", v->stride(d), " vs ", k.stride(d),
+                   ")");
   }
   if (lse) {
     TA_CHECK_ARG((lse->shape(1) == 1 || lse->stride(1) == 1) &&
@@ -295,8 +313,10 @@ void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray
   }
   const int device = q.device_id();
   if (p.workspace != nullptr) {
-    TA_CHECK_ARG(p.device_id == device, "q", "is on cuda:", device, " but the plan's workspace is "
-                 "on cuda:", p.device_id, " (make one plan per device)");
+    TA_CHECK_ARG(p.device_id == device, "q", "is on cuda:", device,
+                 " but the plan's workspace is "
+                 "on cuda:",
+                 p.device_id, " (make one plan per device)");
   } else {
     p.to_device(device, stream);
   }
@@ -322,8 +342,8 @@ void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray
   CudaDeviceGuard guard(device);
   const Status st = run_decode(p.layout, p.workspace, a, reinterpret_cast<cudaStream_t>(stream));
   if (st == Status::kOk) return;
-  const std::string msg = std::string("treeattn decode: ") + status_string(st) + ": " +
-                          last_cuda_error();
+  const std::string msg =
+      std::string("treeattn decode: ") + status_string(st) + ": " + last_cuda_error();
   if (st == Status::kInvalidArgument) throw std::invalid_argument(msg);
   throw std::runtime_error(msg);
 }
@@ -354,8 +374,8 @@ void decode(PyPlan& p, const AnyArray& q, const AnyArray& k, std::optional<AnyAr
 }
 
 void reference(const PrefixTree& tree, const AnyArray& q, const AnyArray& k,
-               std::optional<AnyArray> v, const std::vector<int32_t>& queries,
-               const AnyArray& out, const AnyArray& lse, float sm_scale) {
+               std::optional<AnyArray> v, const std::vector<int32_t>& queries, const AnyArray& out,
+               const AnyArray& lse, float sm_scale) {
   if (q.device_type() != kDlCpu) type_fail("q: reference() needs CPU arrays");
   TA_CHECK_ARG(q.ndim() == 3, "q", "expected 3 dims [num_queries, num_qo_heads, head_dim], got ",
                shape_str(q));
@@ -365,7 +385,8 @@ void reference(const PrefixTree& tree, const AnyArray& q, const AnyArray& k,
   e.head_dim = static_cast<int64_t>(q.shape(2));
   e.page_size = tree.page_size;
   const bool combined = !v.has_value();
-  e.num_kv_heads = static_cast<int64_t>(k.ndim() >= (combined ? 4u : 3u) ? k.shape(combined ? 3 : 2) : 0);
+  e.num_kv_heads =
+      static_cast<int64_t>(k.ndim() >= (combined ? 4u : 3u) ? k.shape(combined ? 3 : 2) : 0);
   for (const TreeNode& n : tree.nodes)
     if (n.alive)
       for (int32_t pg : n.pages) e.max_page_id = std::max<int64_t>(e.max_page_id, pg);
@@ -386,8 +407,8 @@ void reference(const PrefixTree& tree, const AnyArray& q, const AnyArray& k,
   check_dim(lse, "lse", 0, e.num_queries, "num_queries", "the tree");
   check_dim(lse, "lse", 1, e.num_qo_heads, "num_qo_heads", "q");
   std::vector<float> hq = gather_f32(view_of(q, {0, 1, 2}));
-  std::vector<float> hk = combined ? gather_f32(view_of(k, {0, 2, 3, 4}))
-                                   : gather_f32(view_of(k, {0, 1, 2, 3}));
+  std::vector<float> hk =
+      combined ? gather_f32(view_of(k, {0, 2, 3, 4})) : gather_f32(view_of(k, {0, 1, 2, 3}));
   std::vector<float> hv = combined ? gather_f32(view_of(k, {0, 2, 3, 4}, k.stride(1)))
                                    : gather_f32(view_of(*v, {0, 1, 2, 3}));
   std::vector<double> ho(out.size()), hl(lse.size());
@@ -478,9 +499,8 @@ void register_decode(nb::module_& m) {
         "Low-level decode: every tensor given (out/lse preallocated), stream as an integer "
         "handle. Use treeattn.decode().");
   m.def("reference", &reference, nb::arg("tree"), nb::arg("q").noconvert(),
-        nb::arg("k_cache").noconvert(), nb::arg("v_cache").noconvert().none(),
-        nb::arg("queries"), nb::arg("out").noconvert(), nb::arg("lse").noconvert(),
-        nb::arg("sm_scale"),
+        nb::arg("k_cache").noconvert(), nb::arg("v_cache").noconvert().none(), nb::arg("queries"),
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("sm_scale"),
         "Low-level float64 oracle into preallocated float64 out/lse. Use treeattn.reference().");
 #if TREEATTN_PY_WITH_CUDA
   m.attr("with_cuda") = true;

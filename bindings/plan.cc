@@ -140,8 +140,9 @@ void PyPlan::to_device(int32_t device, uintptr_t stream) {
   TA_CHECK_ARG(device >= 0, "device", "expected a CUDA device index >= 0, got ", device);
   {
     DeviceGuard guard(device);
-    cuda_check(cudaMalloc(&workspace, static_cast<size_t>(std::max<int64_t>(layout.total_bytes, 256))),
-               "cudaMalloc of the plan workspace");
+    cuda_check(
+        cudaMalloc(&workspace, static_cast<size_t>(std::max<int64_t>(layout.total_bytes, 256))),
+        "cudaMalloc of the plan workspace");
   }
   device_id = device;
   upload(*this, plan, stream);
@@ -188,8 +189,7 @@ void register_plan(nb::module_& m) {
       .def(nb::init<const PrefixTree&, const std::string&, int32_t, int32_t, int32_t, int32_t,
                     const DeviceInfo&, double>(),
            nb::arg("tree"), nb::arg("planner"), nb::arg("num_qo_heads"), nb::arg("num_kv_heads"),
-           nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("device_info"),
-           nb::arg("headroom"))
+           nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("device_info"), nb::arg("headroom"))
       .def_prop_ro("planner", [](const PyPlan& p) { return p.plan.planner; })
       .def_prop_ro("version", [](const PyPlan& p) { return p.plan.version; })
       .def_prop_ro("num_queries", [](const PyPlan& p) { return p.plan.shape.num_queries; })
@@ -201,27 +201,33 @@ void register_plan(nb::module_& m) {
       .def_prop_ro("num_rows", [](const PyPlan& p) { return p.plan.rows.size(); })
       .def_prop_ro("num_ranges", [](const PyPlan& p) { return p.plan.ranges.size(); })
       .def_prop_ro("num_slots", [](const PyPlan& p) { return p.plan.num_slots; })
-      .def_prop_ro("class_items",
-                   [](const PyPlan& p) {
-                     std::vector<int32_t> v(kNumTileClasses);
-                     for (int c = 0; c < kNumTileClasses; ++c)
-                       v[c] = p.plan.class_begin[c + 1] - p.plan.class_begin[c];
-                     return v;
-                   },
-                   "Items per tile class (M16, M64, M128).")
-      .def_prop_ro("max_page_id", [](const PyPlan& p) { return p.max_page_id; },
-                   "Largest page id the plan reads; caches need num_pages > max_page_id.")
+      .def_prop_ro(
+          "class_items",
+          [](const PyPlan& p) {
+            std::vector<int32_t> v(kNumTileClasses);
+            for (int c = 0; c < kNumTileClasses; ++c)
+              v[c] = p.plan.class_begin[c + 1] - p.plan.class_begin[c];
+            return v;
+          },
+          "Items per tile class (M16, M64, M128).")
+      .def_prop_ro(
+          "max_page_id", [](const PyPlan& p) { return p.max_page_id; },
+          "Largest page id the plan reads; caches need num_pages > max_page_id.")
       .def_prop_ro("headroom", [](const PyPlan& p) { return p.headroom; })
-      .def_prop_ro("workspace_bytes", [](const PyPlan& p) { return p.layout.total_bytes; },
-                   "Device workspace size (metadata + fp32 partials), headroom included.")
-      .def_prop_ro("device_index",
-                   [](const PyPlan& p) -> nb::object {
-                     return p.workspace ? nb::object(nb::int_(p.device_id)) : nb::object(nb::none());
-                   },
-                   "CUDA device holding the workspace, or None before first GPU use.")
-      .def_prop_ro("tree", [](const PyPlan& p) { return p.tree; }, "A copy of the planned tree.")
-      .def("layout", [](const PyPlan& p) { return layout_dict(p.layout); },
-           "Capacities and sizes of the device layout.")
+      .def_prop_ro(
+          "workspace_bytes", [](const PyPlan& p) { return p.layout.total_bytes; },
+          "Device workspace size (metadata + fp32 partials), headroom included.")
+      .def_prop_ro(
+          "device_index",
+          [](const PyPlan& p) -> nb::object {
+            return p.workspace ? nb::object(nb::int_(p.device_id)) : nb::object(nb::none());
+          },
+          "CUDA device holding the workspace, or None before first GPU use.")
+      .def_prop_ro(
+          "tree", [](const PyPlan& p) { return p.tree; }, "A copy of the planned tree.")
+      .def(
+          "layout", [](const PyPlan& p) { return layout_dict(p.layout); },
+          "Capacities and sizes of the device layout.")
       .def(
           "stats",
           [](const PyPlan& p, nb::handle device) { return stats_dict(p, device_from(device)); },

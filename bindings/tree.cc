@@ -64,8 +64,8 @@ PrefixTree from_block_tables_array(const AnyArray& bt, const AnyArray& lens, int
     tables[r].resize(need);
     for (int64_t c = 0; c < need; ++c) {
       const int64_t id = int_at(bt, r * bt.stride(0) + c * bt.stride(1));
-      TA_CHECK_ARG(id >= 0 && id <= INT32_MAX, "block_tables", "page id ", id, " at [", r, ", ",
-                   c, "] out of range");
+      TA_CHECK_ARG(id >= 0 && id <= INT32_MAX, "block_tables", "page id ", id, " at [", r, ", ", c,
+                   "] out of range");
       tables[r][c] = static_cast<int32_t>(id);
     }
   }
@@ -149,8 +149,8 @@ void register_tree(nb::module_& m) {
             return random_tree(seed, o);
           },
           nb::arg("seed"), nb::arg("max_nodes") = 64, nb::arg("max_queries") = 64,
-          nb::arg("max_tokens_per_node") = 300, nb::arg("max_roots") = 3,
-          nb::arg("page_size") = 16, nb::arg("shuffle_pages") = true,
+          nb::arg("max_tokens_per_node") = 300, nb::arg("max_roots") = 3, nb::arg("page_size") = 16,
+          nb::arg("shuffle_pages") = true,
           "A random tree for tests (deep chains, wide fan-out, one-token nodes, many roots).")
       .def("to_json", &tree_to_json, "The stable JSON format (round-trips through from_json_str).")
       .def(
@@ -165,11 +165,13 @@ void register_tree(nb::module_& m) {
       .def("validate", &validate, "Raises ValueError naming the offender if the tree is invalid.")
       .def("copy", [](const PrefixTree& t) { return PrefixTree(t); })
       .def("__copy__", [](const PrefixTree& t) { return PrefixTree(t); })
-      .def("__deepcopy__", [](const PrefixTree& t, nb::handle) { return PrefixTree(t); },
-           nb::arg("memo"))
+      .def(
+          "__deepcopy__", [](const PrefixTree& t, nb::handle) { return PrefixTree(t); },
+          nb::arg("memo"))
       .def_prop_ro("num_queries", &PrefixTree::num_queries)
-      .def_prop_ro("num_nodes", [](const PrefixTree& t) { return t.nodes.size(); },
-                   "Node slots, dead ones included (see node()['alive']).")
+      .def_prop_ro(
+          "num_nodes", [](const PrefixTree& t) { return t.nodes.size(); },
+          "Node slots, dead ones included (see node()['alive']).")
       .def_prop_ro("num_live_nodes",
                    [](const PrefixTree& t) {
                      return std::count_if(t.nodes.begin(), t.nodes.end(),
@@ -179,8 +181,9 @@ void register_tree(nb::module_& m) {
       .def_rw("num_pages", &PrefixTree::num_pages, "Page ids must lie in [0, num_pages).")
       .def_rw("free_pages", &PrefixTree::free_pages,
               "Pool the updates take new pages from when none are passed.")
-      .def_prop_ro("query_node", [](const PrefixTree& t) { return t.query_node; },
-                   "Node index of every query.")
+      .def_prop_ro(
+          "query_node", [](const PrefixTree& t) { return t.query_node; },
+          "Node index of every query.")
       .def_prop_ro(
           "shape",
           [](const PrefixTree& t) {
@@ -190,8 +193,9 @@ void register_tree(nb::module_& m) {
       .def("node", &node_dict, nb::arg("index"),
            "Node `index` as a dict: id, parent (index or None), tokens, page_offset, pages, "
            "alive.")
-      .def("query_path", &query_path, nb::arg("query"), "Node indices of a query's path, root "
-                                                        "first.")
+      .def("query_path", &query_path, nb::arg("query"),
+           "Node indices of a query's path, root "
+           "first.")
       .def("query_context", &query_context, nb::arg("query"), "KV tokens a query attends.")
       .def("unique_tokens", &unique_tokens, "Tokens over live nodes some query uses.")
       .def("append_tokens", &PrefixTree::append_tokens, nb::arg("query"), nb::arg("k") = 1,

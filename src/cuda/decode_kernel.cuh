@@ -96,6 +96,21 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
+/// Programmatic dependent launch (sm_90+; no-ops on older targets). launch_dependents lets the
+/// next kernel in the stream start early; wait blocks until the previous kernel finished and its
+/// writes are visible. Every kernel here reads only plan metadata and q/k/v (written before the
+/// first kernel of a call) before its wait, and writes only after it.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 /// 2^x (ex2.approx.ftz: 2^-inf = +0).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
@@ -114,13 +129,14 @@ struct AttnConfig {
   using T = typename Traits::T;
   static constexpr int HD = kHeadDim;
   static constexpr int CPT = HD / 8;  ///< 16-byte chunks per row
-  static constexpr int BN = kv_tile(HD);
+  static constexpr int BN = kv_tile(kClass, HD);
   static constexpr int WM = warps_m(kClass);
-  static constexpr int WN = warps_n(kClass, HD);
+  static constexpr int WN = warps_n(kClass);
   static constexpr int ROWS = 16 * WM;
   static constexpr int BNW = BN / WN;  ///< tokens per warp per tile
   static constexpr int THREADS = 32 * WM * WN;
-  static constexpr int STAGES = kStages;
+  static constexpr int STAGES = num_stages(kClass);
+  static_assert(STAGES >= 2, "pipeline");
   static constexpr bool Q_IN_REGS = HD <= 128;  ///< hd256 re-reads Q from shared memory
   static_assert(BNW % 16 == 0, "each warp needs whole k16 steps of P V");
   static_assert(THREADS % CPT == 0, "loader rows");
@@ -177,6 +193,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
   using Traits = typename C::Traits;
   constexpr int HD = C::HD, BN = C::BN, CPT = C::CPT, BNW = C::BNW, WN = C::WN;
 
+  pdl_launch_dependents();
   const DeviceHeader& hdr = *p.header;
   const int item_idx = hdr.class_begin[kClass] + static_cast<int>(blockIdx.x);
   if (item_idx >= hdr.class_begin[kClass + 1]) return;  // capacity launched, real count smaller
@@ -408,6 +425,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
 
   // ---- epilogue: stage (O, m, l) of every warp in shared memory (aliases the stages)
   cp_async_wait<0>();
+  pdl_wait();  // the previous kernel (e.g. the last call's merge) may still read our outputs
   __syncthreads();
   float* sO = reinterpret_cast<float*>(smem);                   // [WN][ROWS][O_PITCH]
   float* sM = reinterpret_cast<float*>(smem + C::EPI_O_BYTES);  // [WN][ROWS]
@@ -502,6 +520,8 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Kerne
   using Traits = DTypeTraits<kDType>;
   using T = typename Traits::T;
   constexpr int CPT = kHeadDim / 8;
+  pdl_launch_dependents();
+  pdl_wait();  // partials come from the attention kernels before us
   const int query = blockIdx.x;
   if (query >= p.header->num_queries) return;
   const int begin = p.merge_indptr[query], end = p.merge_indptr[query + 1];

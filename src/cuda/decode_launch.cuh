@@ -12,6 +12,25 @@
 
 namespace treeattn::cuda_detail {
 
+/// Launches `kernel` on `stream`, allowing programmatic dependent launch (PDL) on sm_90+ so that
+/// consecutive kernels of a call overlap their launch and prologue with the previous kernel's
+/// tail (the kernels order their writes with griddepcontrol.wait).
+template <typename Kernel>
+cudaError_t launch_pdl(Kernel kernel, dim3 grid, dim3 block, int smem, cudaStream_t stream,
+                       const KernelParams& p) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = device_supports_pdl() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+
 template <DType kDType, int kHeadDim, int kClass>
 Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
                               cudaStream_t stream) {
@@ -29,8 +48,8 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   }
   const dim3 grid(static_cast<unsigned>(capacity),
                   static_cast<unsigned>(layout.shape.num_kv_heads));
-  kernel<<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(p);
-  const cudaError_t err = cudaGetLastError();
+  cudaError_t err = launch_pdl(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, p);
+  if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) {
     set_last_cuda_error(cudaGetErrorString(err));
     return Status::kCudaError;
@@ -51,9 +70,10 @@ Status launch_plan_impl(const KernelParams& p, const PlanLayout& layout, cudaStr
   if (st != Status::kOk) return st;
   if (layout.slots > 0 && layout.queries > 0) {
     if (layout.queries > 0x7fffffff) return Status::kUnsupported;
-    decode_merge_kernel<kDType, kHeadDim>
-        <<<static_cast<unsigned>(layout.queries), kMergeThreads, 0, stream>>>(p);
-    const cudaError_t err = cudaGetLastError();
+    cudaError_t err =
+        launch_pdl(&decode_merge_kernel<kDType, kHeadDim>,
+                   dim3(static_cast<unsigned>(layout.queries)), dim3(kMergeThreads), 0, stream, p);
+    if (err == cudaSuccess) err = cudaGetLastError();
     if (err != cudaSuccess) {
       set_last_cuda_error(cudaGetErrorString(err));
       return Status::kCudaError;

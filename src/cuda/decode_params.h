@@ -36,20 +36,23 @@ struct KernelParams {
 };
 
 /// Tile policy (one place, host and device).
-///  * KV tile: 64 tokens for head_dim 64/128, 32 for 256 (K+V of one stage = 16/32/32 KB).
-///    Rejected: 128-token tiles (one stage of hd128 would be 64 KB: 2 stages per CTA and 1 CTA
-///    per SM); 32-token tiles for hd128 (half the bytes in flight per barrier).
-///  * Rows: kM16 = 1 warp-row of 16 rows, the KV tile split along N over up to 4 warps (each its
-///    own online softmax, merged in shared memory); kM64 = 4 warps x 16 rows; kM128 = 8 x 16.
+///  * kM16 (decode-shaped items: one query's heads, or a few queries): 32-token KV tiles split
+///    over 2 warps (each its own online softmax over 16 tokens, merged in shared memory), 3
+///    stages: ~49 KB of shared memory and 64 threads, so 4 CTAs fit per SM. Many plans have
+///    thousands of short kM16 items whose time is a chain of dependent loads (header -> item ->
+///    range -> page id -> K/V): resident CTAs hide it; 2 tiles in flight (32 KB for hd128) per
+///    CTA keep long items (split-KV chunks, planned for ~2 CTAs per SM) bandwidth-fed. 2 stages
+///    (6 CTAs per SM) would halve the bytes in flight of those.
+///    Rejected (measured on H100, bench/NOTES.md v1): 64-token tiles over 4 warps with 3 stages
+///    (100 KB, 2 CTAs per SM): 2-3x slower on leaf-heavy trees, equal on long contexts.
+///  * kM64 = 4 warps x 16 rows, kM128 = 8 warps x 16 rows: 64-token tiles for head_dim 64/128
+///    (32 for 256), 3 stages (~98 KB for hd128: 2 CTAs per SM on H100, 1 on A100).
 ///    Rejected for now: 4 warps x 32 rows for kM128 (halves shared-memory reads of K/V but needs
-///    128 fp32 accumulators per thread for hd128 and does not fit hd256).
-///  * 3-stage cp.async pipeline everywhere.
-constexpr int kv_tile(int head_dim) { return head_dim == 256 ? 32 : 64; }
+///    128 fp32 accumulators per thread for hd128 and does not fit hd256); 128-token tiles.
+constexpr int kv_tile(int cls, int head_dim) { return cls == 0 || head_dim == 256 ? 32 : 64; }
 constexpr int warps_m(int cls) { return cls == 0 ? 1 : cls == 1 ? 4 : 8; }
-constexpr int warps_n(int cls, int head_dim) {
-  return cls != 0 ? 1 : (kv_tile(head_dim) / 16 >= 4 ? 4 : kv_tile(head_dim) / 16);
-}
-constexpr int kStages = 3;
+constexpr int warps_n(int cls) { return cls == 0 ? 2 : 1; }
+constexpr int num_stages(int) { return 3; }
 
 /// Launches every attention class with nonzero capacity, then the merge when layout.slots > 0.
 /// Defined per (dtype, head_dim) in the generated src/cuda/inst_*.cu files.
@@ -66,6 +69,9 @@ TREEATTN_DECLARE_LAUNCH_PLAN(DType::kBFloat16, 64)
 TREEATTN_DECLARE_LAUNCH_PLAN(DType::kBFloat16, 128)
 TREEATTN_DECLARE_LAUNCH_PLAN(DType::kBFloat16, 256)
 #undef TREEATTN_DECLARE_LAUNCH_PLAN
+
+/// True when the current device is sm_90+ (programmatic dependent launch); cached per device.
+bool device_supports_pdl();
 
 /// Records a CUDA error string for last_cuda_error() (launch.cu).
 void set_last_cuda_error(const char* msg);

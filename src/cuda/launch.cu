@@ -24,6 +24,18 @@ void set_last_cuda_error(const char* msg) {
   g_last_error[sizeof(g_last_error) - 1] = '\0';
 }
 
+bool device_supports_pdl() {
+  static int cached[64];  // 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cached[dev] == 0) {
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cached[dev] = major >= 9 ? 2 : 1;
+  }
+  return cached[dev] == 2;
+}
+
 namespace {
 
 constexpr float kLog2e = 1.44269504088896340736f;

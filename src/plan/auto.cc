@@ -14,6 +14,10 @@
 //     spread over 1/2, 1, 2, 4 waves of slots); each candidate is scored by the cost model.
 //  3. Guarantee: the other planners' plans are scored too and the cheapest plan wins, so under its
 //     own cost model auto is never worse than any of them.
+// Speed: candidates are scored with cost-only PlanBuilders (items' rows, KV tokens and tiles; no
+// ranges or pages), whose cost equals fast_plan_us of the full plan; a candidate whose lower bound
+// (longest CTA, CTA time / slots, global bytes and FLOPs) cannot beat the best so far skips its
+// LPT. Only the winner is built as a full Plan.
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -26,21 +30,22 @@ namespace {
 
 class AutoPlanner {
  public:
-  AutoPlanner(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts)
+  AutoPlanner(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts)
       : tree_(tree),
         index_(index),
         opts_(opts),
         shape_(plan_shape(tree, opts)),
         cap_(max_queries_per_item(opts, false)),
-        group_(shape_.group()) {}
+        group_(shape_.group()),
+        cta_(opts.device, shape_) {}
 
   /// Time of s queries over L tokens: CTA-us of its chunks x kv_heads / slots.
   double T(int64_t s, int64_t L) const {
     if (s <= 0 || L <= 0) return 0;
     const int64_t full = s / cap_, rem = s % cap_;
     double us = 0;
-    if (full > 0) us += full * item_us(cap_ * group_, L);
-    if (rem > 0) us += item_us(static_cast<int32_t>(rem * group_), L);
+    if (full > 0) us += full * item_us(cap_, L);
+    if (rem > 0) us += item_us(rem, L);
     return us * opts_.num_kv_heads / static_cast<double>(device_slots(opts_.device));
   }
 
@@ -51,12 +56,12 @@ class AutoPlanner {
     const double merge_read_us = static_cast<double>(shape_.num_qo_heads) *
                                  (shape_.head_dim * 4.0 + 4.0) / (opts_.device.hbm_read_GBps * 1e3);
     for (const int32_t u : index_.preorder) {
-      int64_t rest = static_cast<int64_t>(index_.queries_below[u].size());
+      int64_t rest = static_cast<int64_t>(index_.queries_below(u).size());
       if (rest == 0) continue;
       const int32_t p = tree_.nodes[u].parent;
       chain[u] = tree_.nodes[u].tokens + (p != kNoParent && merged[u] ? chain[p] : 0);
-      for (const int32_t c : index_.children[u]) {
-        const int64_t s_c = static_cast<int64_t>(index_.queries_below[c].size());
+      for (const int32_t c : index_.children(u)) {
+        const int64_t s_c = static_cast<int64_t>(index_.queries_below(c).size());
         if (s_c == 0) continue;
         const int64_t len_c = tree_.nodes[c].tokens;
         const double keep = T(rest, chain[u]) + T(s_c, len_c) + s_c * merge_read_us;
@@ -70,74 +75,87 @@ class AutoPlanner {
     return chain_groups(tree_, index_, merged);
   }
 
-  /// Plan of the groups with every chain longer than `thr` tokens split into pieces <= thr.
-  Plan emit(const ChainGroups& cg, int64_t thr) const {
-    PlanAssembler as(tree_, opts_, "auto");
+  /// Emits the groups with every chain longer than `thr` tokens split into pieces <= thr.
+  void emit(const ChainGroups& cg, int64_t thr, PlanBuilder* b) const {
     std::vector<Seg> segs;
     for (const ChainGroups::Group& g : cg.groups) {
       segs.clear();
       chain_segs(tree_, g, &segs);
       const int32_t parts = static_cast<int32_t>(g.len > thr ? cdiv(g.len, thr) : 1);
-      as.emit_group(cg.queries.data() + g.q_begin, g.num_queries(), segs.data(),
+      b->emit_group(cg.queries.data() + g.q_begin, g.num_queries(), segs.data(),
                     static_cast<int32_t>(segs.size()), cap_, parts);
     }
-    return as.finish();
   }
 
+  /// Scores every candidate with cost-only builders (a candidate whose lower bound already loses
+  /// skips its LPT), then builds only the winner.
   Plan run() {
     const ChainGroups cg = group();
     int64_t work = 0;
     for (const ChainGroups::Group& g : cg.groups) work += cdiv(g.num_queries(), cap_) * g.len;
     const int64_t share = work * opts_.num_kv_heads;
     const int64_t slots = device_slots(opts_.device);
-    consider(emit(cg, std::numeric_limits<int64_t>::max()));
+    // Own candidates: no split, then the total work spread over 1/2, 1, 2, 4 waves of slots.
+    std::vector<int64_t> thresholds = {std::numeric_limits<int64_t>::max()};
     static constexpr double kWaves[] = {0.5, 1.0, 2.0, 4.0};
-    int64_t last_thr = -1;
     for (const double w : kWaves) {
       const int64_t thr =
           std::max<int64_t>(32, static_cast<int64_t>(share / (w * static_cast<double>(slots))));
-      if (thr == last_thr) continue;
-      last_thr = thr;
-      consider(emit(cg, thr));
+      if (thr != thresholds.back()) thresholds.push_back(thr);
     }
-    consider(pat(tree_, index_, opts_));
-    consider(fasttree(tree_, index_, opts_));
-    consider(node(tree_, index_, opts_));
-    consider(forge(tree_, index_, opts_));
-    consider(query(tree_, index_, opts_));
-    consider(node_chunk(tree_, index_, opts_));
-    consider(flatten(tree_, index_, opts_));
-    best_.planner = "auto";
-    return std::move(best_);
+    for (size_t i = 0; i < thresholds.size(); ++i) {
+      PlanBuilder b(tree_, opts_, "auto", PlanBuilder::Mode::kCostOnly);
+      emit(cg, thresholds[i], &b);
+      consider(b.cost_us(opts_.device, bound()), static_cast<int32_t>(i));
+    }
+    // The guarantee: every other planner is a candidate too.
+    static const char* const kOthers[] = {"pat",   "fasttree",   "node",   "forge",
+                                          "query", "node-chunk", "flatten"};
+    std::vector<const PlannerEntry*> others;
+    for (const char* name : kOthers) {
+      others.push_back(find_planner(name));
+      PlanBuilder b(tree_, opts_, name, PlanBuilder::Mode::kCostOnly);
+      others.back()->fn(tree_, index_, opts_, &b);
+      consider(b.cost_us(opts_.device, bound()), -static_cast<int32_t>(others.size()));
+    }
+    if (best_ >= 0) {
+      PlanBuilder b(tree_, opts_, "auto");
+      emit(cg, thresholds[best_], &b);
+      return b.finish();
+    }
+    Plan plan = run_planner(*others[-best_ - 1], tree_, index_, opts_);
+    plan.planner = "auto";
+    return plan;
   }
 
  private:
-  double item_us(int32_t packed_rows, int64_t kv) const {
-    return estimate_item(opts_.device, shape_, tile_class_for_rows(packed_rows), packed_rows, kv,
-                         true)
-        .us;
+  /// estimate_item(...).us of `rows` queries writing partials over `kv` tokens.
+  double item_us(int64_t rows, int64_t kv) const {
+    return cta_.us(rows, rows, kv, tile_class_for_rows(static_cast<int32_t>(rows * group_)));
   }
 
-  void consider(Plan p) {
-    const double us = fast_plan_us(opts_.device, p);
+  double bound() const { return best_us_ < 0 ? std::numeric_limits<double>::infinity() : best_us_; }
+  /// Candidate `id` (>= 0: own threshold index, < 0: -1 - index into the other planners).
+  void consider(double us, int32_t id) {
     if (best_us_ < 0 || us < best_us_) {
       best_us_ = us;
-      best_ = std::move(p);
+      best_ = id;
     }
   }
 
   const PrefixTree& tree_;
-  const TreeIndex& index_;
+  const PlanIndex& index_;
   const PlanOptions& opts_;
   PlanShape shape_;
   int32_t cap_, group_;
-  Plan best_;
+  CtaCost cta_;
+  int32_t best_ = 0;
   double best_us_ = -1;
 };
 
 }  // namespace
 
-Plan auto_plan(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts) {
+Plan auto_plan(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts) {
   return AutoPlanner(tree, index, opts).run();
 }
 

@@ -41,7 +41,8 @@ struct CostModel {
 
 }  // namespace
 
-Plan fasttree(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts) {
+void fasttree(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts,
+              PlanBuilder* b) {
   const int32_t group = std::max(1, opts.num_qo_heads / opts.num_kv_heads);
   CostModel cm{std::max(1, 64 / group), std::max(1, 16 / group), opts.head_dim};
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
@@ -49,11 +50,11 @@ Plan fasttree(const PrefixTree& tree, const TreeIndex& index, const PlanOptions&
   std::vector<char> concat(n, 0);
   for (const int32_t v : index.preorder) L[v] = tree.nodes[v].tokens;
   for (const int32_t v : index.preorder) {
-    int64_t nq_curr = static_cast<int64_t>(index.queries_below[v].size());
+    int64_t nq_curr = static_cast<int64_t>(index.queries_below(v).size());
     if (nq_curr == 0) continue;
     const int64_t len_v = L[v];
-    for (const int32_t l : index.children[v]) {
-      const int64_t nq_l = static_cast<int64_t>(index.queries_below[l].size());
+    for (const int32_t l : index.children(v)) {
+      const int64_t nq_l = static_cast<int64_t>(index.queries_below(l).size());
       if (nq_l == 0) continue;
       const int64_t len_l = L[l];
       const double c0 = cm.cp(nq_curr, len_v) + cm.cp(nq_l, len_l) + kGamma * nq_l * cm.d;
@@ -79,7 +80,6 @@ Plan fasttree(const PrefixTree& tree, const TreeIndex& index, const PlanOptions&
   const int64_t thr =
       std::max<int64_t>(kMinSplitTokens, cdiv(work * kv_heads, device_slots(opts.device)));
 
-  PlanAssembler as(tree, opts, "fasttree");
   std::vector<Seg> segs;
   for (size_t i = 0; i < cg.groups.size(); ++i) {
     const ChainGroups::Group& g = cg.groups[i];
@@ -88,10 +88,9 @@ Plan fasttree(const PrefixTree& tree, const TreeIndex& index, const PlanOptions&
     const int32_t parts = static_cast<int32_t>(g.len > thr ? cdiv(g.len, thr) : 1);
     const TileClass min_tile =
         cap[i] == cm.qt16 && g.num_queries() <= cm.qt16 ? TileClass::kM16 : TileClass::kM64;
-    as.emit_group(cg.queries.data() + g.q_begin, g.num_queries(), segs.data(),
+    b->emit_group(cg.queries.data() + g.q_begin, g.num_queries(), segs.data(),
                   static_cast<int32_t>(segs.size()), cap[i], parts, min_tile);
   }
-  return as.finish();
 }
 
 }  // namespace treeattn::planners

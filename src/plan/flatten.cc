@@ -15,10 +15,10 @@ namespace {
 
 class Flattener {
  public:
-  Flattener(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts)
+  Flattener(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts, PlanBuilder* b)
       : tree_(tree),
         index_(index),
-        as_(tree, opts, "flatten"),
+        b_(*b),
         cap_masked_(max_queries_per_item(opts, true)),
         cap_full_(max_queries_per_item(opts, false)),
         stamp_(tree.num_queries(), -1),
@@ -28,7 +28,7 @@ class Flattener {
   void flatten(int32_t block) {
     int32_t fill = 0;
     for (const int32_t v : index_.preorder) {
-      if (index_.queries_below[v].empty()) continue;
+      if (index_.queries_below(v).empty()) continue;
       const int32_t tokens = tree_.nodes[v].tokens;
       int32_t pos = 0;
       while (pos < tokens) {
@@ -45,8 +45,6 @@ class Flattener {
     if (!slices_.empty()) flush();
   }
 
-  Plan finish() { return as_.finish(); }
-
  private:
   /// Emits the items of the current block and clears it.
   void flush() {
@@ -55,7 +53,7 @@ class Flattener {
     uni_.clear();
     bool all_see_all = true;
     for (const Seg& s : slices_) {
-      for (const int32_t q : index_.queries_below[s.node]) {
+      for (const int32_t q : index_.queries_below(s.node)) {
         if (stamp_[q] != block_id_) {
           stamp_[q] = block_id_;
           pos_[q] = static_cast<int32_t>(uni_.size());
@@ -64,34 +62,34 @@ class Flattener {
       }
     }
     for (const Seg& s : slices_)
-      all_see_all = all_see_all && index_.queries_below[s.node].size() == uni_.size();
+      all_see_all = all_see_all && index_.queries_below(s.node).size() == uni_.size();
     const int32_t nq = static_cast<int32_t>(uni_.size());
     if (all_see_all) {
-      as_.emit_group(uni_.data(), nq, slices_.data(), static_cast<int32_t>(slices_.size()),
-                     cap_full_, 1);
+      b_.emit_group(uni_.data(), nq, slices_.data(), static_cast<int32_t>(slices_.size()),
+                    cap_full_, 1);
     } else {
       const int32_t cap = cap_masked_;
       const int32_t chunks = static_cast<int32_t>(cdiv(nq, cap));
       const int32_t ns = static_cast<int32_t>(slices_.size());
       bits_.assign(static_cast<size_t>(ns) * chunks, 0);
       for (int32_t j = 0; j < ns; ++j)
-        for (const int32_t q : index_.queries_below[slices_[j].node])
+        for (const int32_t q : index_.queries_below(slices_[j].node))
           bits_[static_cast<size_t>(j) * chunks + pos_[q] / cap] |= 1ull << (pos_[q] % cap);
       for (int32_t c = 0; c < chunks; ++c) {
-        as_.begin_item();
-        for (int32_t r = c * cap; r < std::min(nq, (c + 1) * cap); ++r) as_.add_row(uni_[r]);
+        b_.begin_item();
+        b_.add_rows(uni_.data() + c * cap, std::min(nq, (c + 1) * cap) - c * cap);
         for (int32_t j = 0; j < ns; ++j)
-          as_.add_masked_range(slices_[j].node, slices_[j].begin, slices_[j].end,
-                               bits_[static_cast<size_t>(j) * chunks + c]);
-        as_.end_item();
+          b_.add_masked_range(slices_[j].node, slices_[j].begin, slices_[j].end,
+                              bits_[static_cast<size_t>(j) * chunks + c]);
+        b_.end_item();
       }
     }
     slices_.clear();
   }
 
   const PrefixTree& tree_;
-  const TreeIndex& index_;
-  PlanAssembler as_;
+  const PlanIndex& index_;
+  PlanBuilder& b_;
   int32_t cap_masked_, cap_full_;
   std::vector<int32_t> stamp_, pos_, uni_;
   std::vector<Seg> slices_;
@@ -101,10 +99,10 @@ class Flattener {
 
 }  // namespace
 
-Plan flatten(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts) {
-  Flattener f(tree, index, opts);
+void flatten(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts,
+             PlanBuilder* b) {
+  Flattener f(tree, index, opts, b);
   f.flatten(even_block_tokens(used_tokens(tree, index), opts));
-  return f.finish();
 }
 
 }  // namespace treeattn::planners

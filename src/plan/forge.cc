@@ -46,7 +46,8 @@ struct TaskClass {
 
 }  // namespace
 
-Plan forge(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts) {
+void forge(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts,
+           PlanBuilder* b) {
   const PlanShape shape = plan_shape(tree, opts);
   const ForgeEstimator est(opts.device, shape);
   const int32_t cap = max_queries_per_item(opts, /*masked=*/false);
@@ -59,14 +60,14 @@ Plan forge(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& op
   std::vector<int32_t> task_node;
   keys.reserve(index.preorder.size());
   for (const int32_t v : index.preorder) {
-    const int32_t nq = static_cast<int32_t>(index.queries_below[v].size());
+    const int32_t nq = static_cast<int32_t>(index.queries_below(v).size());
     if (nq == 0) continue;
     TaskClass t;
     t.chunks = static_cast<int32_t>(cdiv(nq, cap));
     t.rows = std::min(nq, cap) * group;
     t.tokens = tree.nodes[v].tokens;
     // Rows write the final output only when this node is the whole path of all its queries.
-    t.partial = !(tree.nodes[v].parent == kNoParent && index.children[v].empty() && t.chunks == 1);
+    t.partial = !(tree.nodes[v].parent == kNoParent && index.children(v).empty() && t.chunks == 1);
     keys.push_back(t);
     task_node.push_back(v);
   }
@@ -151,14 +152,12 @@ Plan forge(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& op
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int32_t a, int32_t b) { return keys[a].piece > keys[b].piece; });
-  PlanAssembler as(tree, opts, "forge");
   for (const int32_t i : order) {
     const int32_t v = task_node[i];
-    const std::vector<int32_t>& qs = index.queries_below[v];
+    const IdSpan qs = index.queries_below(v);
     const Seg seg{v, 0, keys[i].tokens};
-    as.emit_group(qs.data(), static_cast<int32_t>(qs.size()), &seg, 1, cap, keys[i].parts);
+    b->emit_group(qs.data(), static_cast<int32_t>(qs.size()), &seg, 1, cap, keys[i].parts);
   }
-  return as.finish();
 }
 
 }  // namespace treeattn::planners

@@ -6,29 +6,26 @@
 #include <algorithm>
 
 #include "plan_builder.h"
+#include "planner_util.h"
 #include "planners.h"
 
 namespace treeattn::planners {
 
-Plan node(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts) {
-  Plan plan = begin_plan(tree, opts, "node");
-  const int64_t cap = row_cap_queries(plan.shape);
-  std::vector<int32_t> page_base(tree.nodes.size(), -1);
-  std::vector<int32_t> group;
+void node(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts, PlanBuilder* b) {
+  const int64_t cap = max_queries_per_item(opts, /*masked=*/false);
   for (const int32_t n : index.preorder) {
-    const std::vector<int32_t>& qs = index.queries_below[n];
+    const IdSpan qs = index.queries_below(n);
     if (qs.empty()) continue;
-    const KvRange r = make_range(tree, n, 0, tree.nodes[n].tokens, &plan, &page_base);
     const int64_t m = static_cast<int64_t>(qs.size());
-    const int64_t parts = (m + cap - 1) / cap;
+    const int64_t parts = cdiv(m, cap);
     for (int64_t p = 0; p < parts; ++p) {
-      group.assign(qs.begin() + p * m / parts, qs.begin() + (p + 1) * m / parts);
-      add_item(&plan, group, {r});
+      const int64_t q0 = p * m / parts, q1 = (p + 1) * m / parts;
+      b->begin_item();
+      b->add_rows(qs.data() + q0, static_cast<int32_t>(q1 - q0));
+      b->add_range(n, 0, tree.nodes[n].tokens);
+      b->end_item();
     }
   }
-  assign_slots(&plan);
-  finalize_plan(&plan);
-  return plan;
 }
 
 }  // namespace treeattn::planners

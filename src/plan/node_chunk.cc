@@ -7,19 +7,18 @@
 
 namespace treeattn::planners {
 
-Plan node_chunk(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts) {
-  PlanAssembler as(tree, opts, "node-chunk");
+void node_chunk(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts,
+                PlanBuilder* b) {
   const int32_t chunk = even_block_tokens(used_tokens(tree, index), opts);
   const int32_t cap = max_queries_per_item(opts, /*masked=*/false);
   for (const int32_t v : index.preorder) {
-    const std::vector<int32_t>& qs = index.queries_below[v];
+    const IdSpan qs = index.queries_below(v);
     if (qs.empty()) continue;
     const int32_t tokens = tree.nodes[v].tokens;
     const Seg seg{v, 0, tokens};
-    as.emit_group(qs.data(), static_cast<int32_t>(qs.size()), &seg, 1, cap,
+    b->emit_group(qs.data(), static_cast<int32_t>(qs.size()), &seg, 1, cap,
                   static_cast<int32_t>(cdiv(tokens, chunk)));
   }
-  return as.finish();
 }
 
 }  // namespace treeattn::planners

@@ -19,18 +19,18 @@
 
 namespace treeattn::planners {
 
-Plan pat(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts) {
+void pat(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts, PlanBuilder* b) {
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
   const int64_t cap = max_queries_per_item(opts, /*masked=*/false);
   std::vector<int64_t> chain(n, 0);
   std::vector<char> merged(n, 0);
   for (const int32_t u : index.preorder) {
-    int64_t rest = static_cast<int64_t>(index.queries_below[u].size());
+    int64_t rest = static_cast<int64_t>(index.queries_below(u).size());
     if (rest == 0) continue;
     const int32_t p = tree.nodes[u].parent;
     chain[u] = tree.nodes[u].tokens + (p != kNoParent && merged[u] ? chain[p] : 0);
-    for (const int32_t c : index.children[u]) {
-      const int64_t s_c = static_cast<int64_t>(index.queries_below[c].size());
+    for (const int32_t c : index.children(u)) {
+      const int64_t s_c = static_cast<int64_t>(index.queries_below(c).size());
       if (s_c == 0) continue;
       const int64_t extra = cdiv(s_c, cap) + cdiv(rest - s_c, cap) - cdiv(rest, cap);
       if (4 * s_c > extra * chain[u]) {
@@ -50,16 +50,14 @@ Plan pat(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts
   }
   const int64_t mean = std::max<int64_t>(1, cdiv(kv, std::max<int64_t>(ctas, 1)));
 
-  PlanAssembler as(tree, opts, "pat");
   std::vector<Seg> segs;
   for (const ChainGroups::Group& g : cg.groups) {
     segs.clear();
     chain_segs(tree, g, &segs);
     const int32_t parts = static_cast<int32_t>(g.len > mean ? cdiv(g.len, mean) : 1);
-    as.emit_group(cg.queries.data() + g.q_begin, g.num_queries(), segs.data(),
+    b->emit_group(cg.queries.data() + g.q_begin, g.num_queries(), segs.data(),
                   static_cast<int32_t>(segs.size()), static_cast<int32_t>(cap), parts);
   }
-  return as.finish();
 }
 
 }  // namespace treeattn::planners

@@ -23,11 +23,12 @@ void finalize_plan(Plan* plan) {
   plan->version = kPlanVersion;
   // Class first (one launch per class); inside a class longest KV first so the GPU's block
   // scheduler sees the big CTAs early (a cheap LPT). Stable: ties keep the planner's order.
-  std::stable_sort(plan->items.begin(), plan->items.end(),
-                   [](const WorkItem& a, const WorkItem& b) {
-                     if (a.tile != b.tile) return a.tile < b.tile;
-                     return a.kv_tokens > b.kv_tokens;
-                   });
+  const auto before = [](const WorkItem& a, const WorkItem& b) {
+    if (a.tile != b.tile) return a.tile < b.tile;
+    return a.kv_tokens > b.kv_tokens;
+  };
+  if (!std::is_sorted(plan->items.begin(), plan->items.end(), before))
+    std::stable_sort(plan->items.begin(), plan->items.end(), before);
   for (int c = 0; c <= kNumTileClasses; ++c) plan->class_begin[c] = 0;
   for (const WorkItem& it : plan->items) ++plan->class_begin[static_cast<int>(it.tile) + 1];
   for (int c = 0; c < kNumTileClasses; ++c) plan->class_begin[c + 1] += plan->class_begin[c];
@@ -70,9 +71,16 @@ void validate_plan(const Plan& plan) {
   }
 
   // Items: their rows/ranges/masks in bounds, kv_tokens consistent, tile large enough.
-  std::vector<int32_t> slot_writes(std::max<int32_t>(plan.num_slots, 0), 0);
   TA_CHECK_INTERNAL(plan.num_slots >= 0, "num_slots ", plan.num_slots);
-  std::vector<int32_t> final_rows(s.num_queries, 0), slot_rows(s.num_queries, 0);
+  // One scratch buffer: per slot its writes, writer and merges; per query its final / slot rows.
+  const size_t ns = static_cast<size_t>(plan.num_slots), nq = static_cast<size_t>(s.num_queries);
+  std::vector<int32_t> scratch(3 * ns + 2 * nq, 0);
+  int32_t* const slot_writes = scratch.data();
+  int32_t* const slot_owner = slot_writes + ns;
+  int32_t* const merged = slot_owner + ns;
+  int32_t* const final_rows = merged + ns;
+  int32_t* const slot_rows = final_rows + nq;
+  std::fill(slot_owner, slot_owner + ns, -1);
   for (int64_t i = 0; i < nitems; ++i) {
     const WorkItem& it = plan.items[i];
     TA_CHECK_INTERNAL(it.num_rows >= 1 && it.row_begin >= 0 && it.row_begin + it.num_rows <= nrows,
@@ -107,6 +115,7 @@ void validate_plan(const Plan& plan) {
         TA_CHECK_INTERNAL(row.slot >= 0 && row.slot < plan.num_slots, "row slot ", row.slot,
                           " out of range");
         TA_CHECK_INTERNAL(++slot_writes[row.slot] == 1, "slot ", row.slot, " written twice");
+        slot_owner[row.slot] = row.query;
         ++slot_rows[row.query];
       }
     }
@@ -121,13 +130,6 @@ void validate_plan(const Plan& plan) {
   TA_CHECK_INTERNAL(plan.merge_indptr[0] == 0 && plan.merge_indptr[s.num_queries] ==
                                                      static_cast<int64_t>(plan.merge_slots.size()),
                     "merge_indptr does not span merge_slots");
-  std::vector<int32_t> slot_owner(plan.num_slots, -1);
-  for (const WorkItem& it : plan.items)
-    for (int32_t r = 0; r < it.num_rows; ++r) {
-      const PlanRow& row = plan.rows[it.row_begin + r];
-      if (row.slot != kFinalOutput) slot_owner[row.slot] = row.query;
-    }
-  std::vector<int32_t> merged(plan.num_slots, 0);
   for (int32_t q = 0; q < s.num_queries; ++q) {
     const int32_t b = plan.merge_indptr[q], e = plan.merge_indptr[q + 1];
     TA_CHECK_INTERNAL(b <= e, "merge_indptr not monotone at query ", q);

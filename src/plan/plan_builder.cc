@@ -1,6 +1,7 @@
-// Building blocks shared by the planners: make_range() turns a token sub-range of a tree node
-// into a KvRange over the plan's page list (appending the node's pages once per node); the
-// helpers of plan_builder.h (begin_plan, add_item, assign_slots, append_path_ranges).
+// The planners' building blocks (plan_builder.h): make_range() (public, planner.h) turns a token
+// sub-range of a tree node into a KvRange over the plan's page list, appending the node's pages
+// once per node; PlanBuilder collects items and turns them into a finished Plan (or, in cost-only
+// mode, into the cost model's estimate of that plan).
 #include "plan_builder.h"
 
 #include <algorithm>
@@ -8,7 +9,6 @@
 #include <vector>
 
 #include "treeattn/common/error.h"
-#include "treeattn/plan/planner.h"
 
 namespace treeattn {
 
@@ -39,88 +39,258 @@ KvRange make_range(const PrefixTree& tree, int32_t node, int32_t tok_begin, int3
 
 }  // namespace treeattn
 
-// ---- planner building blocks (src/plan/plan_builder.h)
-
 namespace treeattn::planners {
 
-Plan begin_plan(const PrefixTree& tree, const PlanOptions& opts, const char* name) {
-  Plan plan;
-  plan.planner = name;
-  plan.shape.num_queries = tree.num_queries();
-  plan.shape.num_qo_heads = opts.num_qo_heads;
-  plan.shape.num_kv_heads = opts.num_kv_heads;
-  plan.shape.head_dim = opts.head_dim;
-  plan.shape.page_size = tree.page_size;
-  plan.shape.dtype_bytes = opts.dtype_bytes;
-  return plan;
+PlanShape plan_shape(const PrefixTree& tree, const PlanOptions& opts) {
+  PlanShape s;
+  s.num_queries = tree.num_queries();
+  s.num_qo_heads = opts.num_qo_heads;
+  s.num_kv_heads = opts.num_kv_heads;
+  s.head_dim = opts.head_dim;
+  s.page_size = tree.page_size;
+  s.dtype_bytes = opts.dtype_bytes;
+  return s;
 }
 
-int32_t add_item(Plan* plan, const std::vector<int32_t>& queries,
-                 const std::vector<KvRange>& ranges, const std::vector<uint64_t>* masks) {
-  TA_CHECK_ARG(!queries.empty(), "queries", "a work item needs at least one row");
-  TA_CHECK_ARG(!ranges.empty(), "ranges", "a work item needs at least one KV range");
+int32_t max_queries_per_item(const PlanOptions& opts, bool masked) {
+  const int32_t group = std::max(1, opts.num_qo_heads / std::max(1, opts.num_kv_heads));
+  int32_t cap = std::max(1, 128 / group);
+  if (masked) cap = std::min(cap, kMaxMaskedRows);
+  return cap;
+}
+
+PlanBuilder::PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const char* planner,
+                         Mode mode)
+    : tree_(tree), cost_only_(mode == Mode::kCostOnly) {
+  plan_.planner = planner;
+  plan_.shape = plan_shape(tree, opts);
+  group_ = plan_.shape.group();
+  const size_t nq = static_cast<size_t>(tree.num_queries());
+  plan_.items.reserve(nq * 2);
+  if (cost_only_) {
+    row_query_.reserve(nq * 4);
+  } else {
+    plan_.rows.reserve(nq * 4);
+    node_page_base_.assign(tree.nodes.size(), -1);
+    plan_.ranges.reserve(nq * 3);
+    plan_.page_ids.reserve(nq * 4);
+  }
+}
+
+void PlanBuilder::begin_item() {
   WorkItem it;
-  it.row_begin = static_cast<int32_t>(plan->rows.size());
-  it.num_rows = static_cast<int32_t>(queries.size());
-  it.range_begin = static_cast<int32_t>(plan->ranges.size());
-  it.num_ranges = static_cast<int32_t>(ranges.size());
-  it.tile = tile_class_for_rows(it.num_rows * plan->shape.group());
-  int64_t kv = 0;
-  for (const KvRange& r : ranges) kv += r.len;
-  TA_CHECK_ARG(kv <= INT32_MAX, "ranges", "item of ", kv, " tokens is too long");
-  it.kv_tokens = static_cast<int32_t>(kv);
-  if (masks != nullptr) {
-    TA_CHECK_ARG(masks->size() == ranges.size(), "masks", "need one mask per range");
+  it.row_begin = static_cast<int32_t>(num_rows());
+  it.range_begin = static_cast<int32_t>(plan_.ranges.size());
+  plan_.items.push_back(it);
+  item_masks_.clear();
+  item_masked_ = false;
+}
+
+void PlanBuilder::add_row(int32_t query) {
+  if (cost_only_) {
+    row_query_.push_back(query);
+  } else {
+    plan_.rows.push_back(PlanRow{query, kFinalOutput});
+  }
+  ++plan_.items.back().num_rows;
+}
+
+void PlanBuilder::add_rows(const int32_t* queries, int32_t n) {
+  plan_.items.back().num_rows += n;
+  if (cost_only_) {
+    row_query_.insert(row_query_.end(), queries, queries + n);
+    return;
+  }
+  const size_t base = plan_.rows.size();
+  plan_.rows.resize(base + n);
+  PlanRow* rows = plan_.rows.data() + base;
+  for (int32_t k = 0; k < n; ++k) rows[k].query = queries[k];  // slot: kFinalOutput (default)
+}
+
+void PlanBuilder::add_masked_range(int32_t node, int32_t begin, int32_t end, uint64_t mask) {
+  if (end <= begin || mask == 0) return;
+  if (cost_only_) {  // what the cost model reads: KV tokens (masks and pages do not count)
+    WorkItem& it = plan_.items.back();
+    ++it.num_ranges;
+    it.kv_tokens += end - begin;
+    return;
+  }
+  add_kv_range(make_range(tree_, node, begin, end, &plan_, &node_page_base_), mask);
+}
+
+void PlanBuilder::add_kv_range(const KvRange& r, uint64_t mask) {
+  WorkItem& it = plan_.items.back();
+  TA_CHECK_ARG(static_cast<int64_t>(it.kv_tokens) + r.len <= INT32_MAX, "ranges", "item of ",
+               static_cast<int64_t>(it.kv_tokens) + r.len, " tokens is too long");
+  ++it.num_ranges;
+  it.kv_tokens += r.len;
+  if (cost_only_) return;
+  plan_.ranges.push_back(r);
+  item_masks_.push_back(mask);
+  if (mask != ~0ull) item_masked_ = true;
+}
+
+void PlanBuilder::add_path_ranges(const int32_t* path, int32_t n, int64_t tok_begin,
+                                  int64_t tok_end) {
+  int64_t pos = 0;  // path position of the current node's token 0
+  for (int32_t k = 0; k < n && pos < tok_end; ++k) {
+    const int64_t len = tree_.nodes[path[k]].tokens;
+    const int64_t b = std::max(tok_begin, pos), e = std::min(tok_end, pos + len);
+    if (b < e) add_range(path[k], static_cast<int32_t>(b - pos), static_cast<int32_t>(e - pos));
+    pos += len;
+  }
+}
+
+int32_t PlanBuilder::end_item(TileClass min_tile) {
+  WorkItem& it = plan_.items.back();
+  if (it.num_rows == 0 || it.num_ranges == 0) {
+    if (cost_only_) {
+      row_query_.resize(it.row_begin);
+    } else {
+      plan_.rows.resize(it.row_begin);
+      plan_.ranges.resize(it.range_begin);
+    }
+    plan_.items.pop_back();
+    return -1;
+  }
+  if (item_masked_) {
     TA_CHECK_ARG(it.num_rows <= kMaxMaskedRows, "masks", "masked items hold at most ",
                  kMaxMaskedRows, " rows, got ", it.num_rows);
-    it.mask_begin = static_cast<int32_t>(plan->masks.size());
-    plan->masks.insert(plan->masks.end(), masks->begin(), masks->end());
+    const uint64_t valid = it.num_rows == 64 ? ~0ull : ((1ull << it.num_rows) - 1ull);
+    bool all_full = true;
+    for (uint64_t& m : item_masks_) {
+      m &= valid;
+      all_full = all_full && m == valid;
+    }
+    if (!all_full) {
+      it.mask_begin = static_cast<int32_t>(plan_.masks.size());
+      plan_.masks.insert(plan_.masks.end(), item_masks_.begin(), item_masks_.end());
+    }
   }
-  for (const int32_t q : queries) plan->rows.push_back(PlanRow{q, kFinalOutput});
-  plan->ranges.insert(plan->ranges.end(), ranges.begin(), ranges.end());
-  plan->items.push_back(it);
-  return static_cast<int32_t>(plan->items.size()) - 1;
+  it.tile = std::max(tile_class_for_rows(it.num_rows * group_), min_tile);
+  return num_items() - 1;
 }
 
-void assign_slots(Plan* plan) {
-  const int32_t nq = plan->shape.num_queries;
-  std::vector<int32_t> count(nq, 0);
-  for (const PlanRow& r : plan->rows) {
-    TA_CHECK_INTERNAL(r.query >= 0 && r.query < nq, "row query ", r.query, " out of range");
-    ++count[r.query];
-  }
-  plan->merge_indptr.assign(nq + 1, 0);
-  for (int32_t q = 0; q < nq; ++q)
-    plan->merge_indptr[q + 1] = plan->merge_indptr[q] + (count[q] > 1 ? count[q] : 0);
-  plan->num_slots = plan->merge_indptr[nq];
-  plan->merge_slots.resize(plan->num_slots);
-  std::vector<int32_t> next(plan->merge_indptr.begin(), plan->merge_indptr.end() - 1);
-  // Rows are visited in item order, so slot numbers follow the planner's emission order.
-  for (const WorkItem& it : plan->items)
-    for (int32_t k = 0; k < it.num_rows; ++k) {
-      PlanRow& r = plan->rows[it.row_begin + k];
-      if (count[r.query] == 1) {
-        r.slot = kFinalOutput;
-      } else {
-        r.slot = next[r.query]++;
-        plan->merge_slots[r.slot] = r.slot;
+void PlanBuilder::emit_group(const int32_t* queries, int32_t num_queries, const Seg* segs,
+                             int32_t num_segs, int32_t cap, int32_t kv_parts, TileClass min_tile) {
+  if (num_queries <= 0 || num_segs <= 0) return;
+  cap = std::max(1, cap);
+  int64_t total = 0;
+  for (int32_t j = 0; j < num_segs; ++j) total += segs[j].len();
+  if (total <= 0) return;
+  kv_parts = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(kv_parts, total)));
+  if (cost_only_) {  // the cost model reads rows, KV tokens and tiles only: no slice walk
+    for (int32_t q0 = 0; q0 < num_queries; q0 += cap) {
+      const int32_t n = std::min(num_queries, q0 + cap) - q0;
+      WorkItem it;
+      it.num_rows = n;
+      it.num_ranges = 1;
+      it.tile = std::max(tile_class_for_rows(n * group_), min_tile);
+      for (int32_t p = 0; p < kv_parts; ++p) {
+        it.row_begin = static_cast<int32_t>(row_query_.size());
+        it.kv_tokens = static_cast<int32_t>(total * (p + 1) / kv_parts - total * p / kv_parts);
+        plan_.items.push_back(it);
+        row_query_.insert(row_query_.end(), queries + q0, queries + q0 + n);
       }
     }
+    return;
+  }
+  for (int32_t q0 = 0; q0 < num_queries; q0 += cap) {
+    const int32_t q1 = std::min(num_queries, q0 + cap);
+    // Piece p covers chain tokens [p * total / parts, (p + 1) * total / parts).
+    int32_t j = 0;
+    int64_t chain_pos = 0;  // chain offset of segs[j].begin
+    for (int32_t p = 0; p < kv_parts; ++p) {
+      const int64_t lo = total * p / kv_parts, hi = total * (p + 1) / kv_parts;
+      begin_item();
+      add_rows(queries + q0, q1 - q0);
+      int64_t pos = lo;
+      while (pos < hi) {
+        while (chain_pos + segs[j].len() <= pos) chain_pos += segs[j++].len();
+        const int64_t take = std::min<int64_t>(hi, chain_pos + segs[j].len()) - pos;
+        const int32_t b = segs[j].begin + static_cast<int32_t>(pos - chain_pos);
+        add_range(segs[j].node, b, b + static_cast<int32_t>(take));
+        pos += take;
+      }
+      end_item(min_tile);
+    }
+  }
 }
 
-void append_path_ranges(const PrefixTree& tree, const std::vector<int32_t>& path, int64_t tok_begin,
-                        int64_t tok_end, Plan* plan, std::vector<int32_t>* node_page_base,
-                        std::vector<KvRange>* out) {
-  int64_t pos = 0;  // path position of the current node's token 0
-  for (const int32_t n : path) {
-    const int64_t len = tree.nodes[n].tokens;
-    const int64_t b = std::max(tok_begin, pos), e = std::min(tok_end, pos + len);
-    if (b < e)
-      out->push_back(make_range(tree, n, static_cast<int32_t>(b - pos),
-                                static_cast<int32_t>(e - pos), plan, node_page_base));
-    pos += len;
-    if (pos >= tok_end) break;
+void PlanBuilder::count_rows(std::vector<int32_t>* count) const {
+  const int32_t nq = plan_.shape.num_queries;
+  count->assign(nq, 0);
+  const auto tally = [&](int32_t q) {
+    TA_CHECK_INTERNAL(q >= 0 && q < nq, "row query ", q, " out of range");
+    ++(*count)[q];
+  };
+  if (cost_only_) {
+    for (const int32_t q : row_query_) tally(q);
+  } else {
+    for (const PlanRow& r : plan_.rows) tally(r.query);
   }
+}
+
+Plan PlanBuilder::finish(SlotOrder order) {
+  TA_CHECK_INTERNAL(!cost_only_, "finish() on a cost-only PlanBuilder");
+  const int32_t nq = plan_.shape.num_queries;
+  std::vector<int32_t> count;
+  count_rows(&count);
+  plan_.merge_indptr.assign(nq + 1, 0);
+  for (int32_t q = 0; q < nq; ++q)
+    plan_.merge_indptr[q + 1] = plan_.merge_indptr[q] + (count[q] > 1 ? count[q] : 0);
+  plan_.num_slots = plan_.merge_indptr[nq];
+  plan_.merge_slots.assign(plan_.num_slots, -1);
+  // `fill` = next merge-list position of each query; rows are visited in item (emission) order.
+  std::vector<int32_t> fill(plan_.merge_indptr.begin(), plan_.merge_indptr.end() - 1);
+  int32_t next_slot = 0;
+  for (const WorkItem& it : plan_.items) {
+    for (int32_t r = it.row_begin; r < it.row_begin + it.num_rows; ++r) {
+      PlanRow& row = plan_.rows[r];
+      if (count[row.query] <= 1) {
+        row.slot = kFinalOutput;
+        continue;
+      }
+      const int32_t pos = fill[row.query]++;
+      row.slot = order == SlotOrder::kByRow ? next_slot++ : pos;
+      plan_.merge_slots[pos] = row.slot;
+    }
+  }
+  finalize_plan(&plan_);
+  return std::move(plan_);
+}
+
+double PlanBuilder::cost_us(const DeviceInfo& dev, double prune_above) {
+  std::vector<int32_t>& count = count_scratch_;
+  count_rows(&count);
+  int64_t num_slots = 0, merged = 0;
+  for (const int32_t c : count)
+    if (c > 1) {
+      num_slots += c;
+      ++merged;
+    }
+  // Per row: does its query write a partial (more than one row in the plan)?
+  std::vector<char>& partial = partial_scratch_;
+  partial.resize(num_rows());
+  if (cost_only_) {
+    for (size_t r = 0; r < row_query_.size(); ++r) partial[r] = count[row_query_[r]] > 1;
+  } else {
+    for (size_t r = 0; r < plan_.rows.size(); ++r) partial[r] = count[plan_.rows[r].query] > 1;
+  }
+  std::vector<CostItem>& items = cost_scratch_;
+  items.resize(plan_.items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const WorkItem& it = plan_.items[i];
+    CostItem& c = items[i];
+    c.rows = it.num_rows;
+    c.kv_tokens = it.kv_tokens;
+    c.tile = it.tile;
+    c.partial_rows = 0;
+    for (int32_t r = it.row_begin; r < it.row_begin + it.num_rows; ++r)
+      c.partial_rows += partial[r];
+  }
+  return items_cost_us(dev, plan_.shape, items.data(), items.size(), num_slots, merged,
+                       prune_above);
 }
 
 }  // namespace treeattn::planners

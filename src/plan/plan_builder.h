@@ -1,53 +1,170 @@
-// Internal building blocks for the planners (src/plan/*.cc). A planner typically:
+// The one building-block API every planner (src/plan/*.cc) uses to emit a Plan:
 //
-//   Plan plan = begin_plan(tree, opts, "name");
-//   std::vector<int32_t> page_base;                      // memo for make_range (planner.h)
-//   for (...) {
-//     std::vector<KvRange> ranges;                        // make_range / append_path_ranges
-//     add_item(&plan, queries, ranges);                   // rows get placeholder slots
-//   }
-//   assign_slots(&plan);   // kFinalOutput for single-row queries, dense slots + merge lists else
-//   finalize_plan(&plan);  // sort by tile class, fill class_begin
+//   PlanBuilder b(tree, opts, "name");
+//   b.begin_item();
+//   b.add_row(q) ...;                            // the item's queries (rows), in order
+//   b.add_range(node, begin, end) ...;           // node slices every row sees, or
+//   b.add_masked_range(node, begin, end, mask);  // slices only some rows see (DeFT masks)
+//   b.end_item();                                // tile class from the packed rows
+//   ...
+//   Plan plan = b.finish();  // slots + merge lists, finalize_plan()
 //
-// make_plan() validates the result with validate_plan() afterwards.
+// plus emit_group() (queries in chunks x a chain of slices cut into KV pieces, the shape of most
+// planners' items) and add_path_ranges() (a token window of a root path).
+//
+// A builder made with Mode::kCostOnly records only what the cost model reads (per item: rows,
+// KV tokens, tile class; the rows' queries) and skips ranges, page ids and masks; cost_us() then
+// returns exactly fast_plan_us() of the plan the same calls would have built (auto scores its
+// candidates this way and materialises only the winner).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
+#include "treeattn/plan/cost_model.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace treeattn::planners {
 
-/// An empty plan with `planner` = name and the shape taken from opts and the tree
-/// (num_queries, heads, head_dim, page size, dtype bytes).
-Plan begin_plan(const PrefixTree& tree, const PlanOptions& opts, const char* name);
+/// Token slice [begin, end) of tree node `node`.
+struct Seg {
+  int32_t node = -1;
+  int32_t begin = 0;
+  int32_t end = 0;
+  int32_t len() const { return end - begin; }
+};
 
-/// Appends one work item: rows for `queries` (in that order, slot left as a placeholder for
-/// assign_slots), `ranges` appended to plan->ranges, optional `masks` (one per range, bit r =
-/// row r; requires queries.size() <= 64). Sets kv_tokens and the smallest tile class holding
-/// queries.size() x group packed rows (throws std::invalid_argument if > 128). Returns the item
-/// index (before finalize_plan reorders items).
-int32_t add_item(Plan* plan, const std::vector<int32_t>& queries,
-                 const std::vector<KvRange>& ranges, const std::vector<uint64_t>* masks = nullptr);
+/// ceil(a / b) for a >= 0, b >= 1.
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// Slots and merge lists from the rows: a query with exactly one row in the whole plan gets
-/// kFinalOutput and an empty merge list; the rows of every other query get dense slots
-/// 0..num_slots-1, numbered query by query (so a query's slots are contiguous) in row order, and
-/// merge_indptr / merge_slots list them. Overwrites any slot values already in the rows.
-void assign_slots(Plan* plan);
+/// The PlanShape the options describe for `tree`.
+PlanShape plan_shape(const PrefixTree& tree, const PlanOptions& opts);
 
-/// Appends to `out` the ranges covering tokens [tok_begin, tok_end) of the concatenation of the
-/// nodes in `path` (root first, e.g. query_path()); a sub-range may start or end mid-node.
-void append_path_ranges(const PrefixTree& tree, const std::vector<int32_t>& path, int64_t tok_begin,
-                        int64_t tok_end, Plan* plan, std::vector<int32_t>* node_page_base,
-                        std::vector<KvRange>* out);
+/// Most queries one item may hold: packed rows (queries x group) <= 128, and at most
+/// kMaxMaskedRows rows when the item carries masks. Always >= 1 (group <= 128 is validated).
+int32_t max_queries_per_item(const PlanOptions& opts, bool masked);
 
-/// Max queries per item so that queries x group <= 128 packed rows (>= 1).
-inline int32_t row_cap_queries(const PlanShape& shape) {
-  const int32_t g = shape.group();
-  return g >= 128 ? 1 : 128 / g;
-}
+/// How finish() numbers the partial slots of queries with more than one row.
+enum class SlotOrder {
+  kByRow,    ///< in row order over the items as emitted; merge lists list them in that order
+  kByQuery,  ///< query by query (a query's slots are contiguous), merge_slots[s] == s
+};
+
+/// What the cost model needs of one item (see cost_model.cc).
+struct CostItem {
+  int32_t rows = 0;          ///< queries (unpacked rows)
+  int32_t partial_rows = 0;  ///< of them, rows writing a partial slot
+  int32_t kv_tokens = 0;
+  TileClass tile = TileClass::kM16;
+};
+
+/// The cost model's per-CTA terms (cost_model.cc) with the device and shape constants hoisted,
+/// for planners that evaluate many items; results equal estimate_item()'s bit for bit.
+class CtaCost {
+ public:
+  CtaCost(const DeviceInfo& dev, const PlanShape& shape);
+  /// One CTA of `rows` queries (x group packed rows), `partial_rows` of them writing partials.
+  void eval(int64_t rows, int64_t partial_rows, int64_t kv_tokens, TileClass tile, double* bytes,
+            double* flops, double* us) const {
+    const int64_t packed = rows * group_, prow = partial_rows * group_;
+    *bytes = static_cast<double>(kv_tokens) * D_ * 2.0 * dt_ + packed * D_ * dt_ +
+             prow * (D_ * 4.0 + 4.0) + (packed - prow) * D_ * dt_;
+    const int64_t issued =
+        tile == TileClass::kM16 ? 16 : std::max<int64_t>(16, (packed + 15) / 16 * 16);
+    *flops =
+        4.0 * static_cast<double>(issued) * static_cast<double>((kv_tokens + 63) / 64 * 64) * D_;
+    *us = overhead_ + std::max(*bytes / slot_bw_, *flops / slot_flops_);
+  }
+  double us(int64_t rows, int64_t partial_rows, int64_t kv_tokens, TileClass tile) const {
+    double b, f, u;
+    eval(rows, partial_rows, kv_tokens, tile, &b, &f, &u);
+    return u;
+  }
+
+ private:
+  int64_t group_;
+  double D_, dt_, slot_bw_, slot_flops_, overhead_;
+};
+
+/// The cost model's plan makespan (estimate_plan_us) over a list of items, computed with the LPT
+/// run over slots / kv_heads slot groups when kv_heads divides the slot count (exact: the
+/// kv_heads copies of every item land on identical slots). `merged_queries` = queries with a
+/// merge list. When a lower bound of the result already exceeds `prune_above` (by a relative
+/// 1e-9 margin), the bound is returned without running the LPT (it is still > prune_above).
+double items_cost_us(const DeviceInfo& dev, const PlanShape& shape, const CostItem* items,
+                     size_t num_items, int64_t num_slots, int64_t merged_queries,
+                     double prune_above = std::numeric_limits<double>::infinity());
+
+class PlanBuilder {
+ public:
+  enum class Mode { kPlan, kCostOnly };
+
+  PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const char* planner,
+              Mode mode = Mode::kPlan);
+
+  const PlanShape& shape() const { return plan_.shape; }
+  bool cost_only() const { return cost_only_; }
+
+  /// Starts an item; rows and ranges added next belong to it.
+  void begin_item();
+  void add_row(int32_t query);
+  void add_rows(const int32_t* queries, int32_t n);
+  /// Adds node slice [begin, end) as one range seen by every row (ignored when empty).
+  void add_range(int32_t node, int32_t begin, int32_t end) {
+    add_masked_range(node, begin, end, ~0ull);
+  }
+  /// Adds a range seen only by the rows whose bit is set in `mask` (bit r = item row r); ignored
+  /// when empty or mask == 0. Any partial mask makes the whole item masked (<= kMaxMaskedRows
+  /// rows); unmasked ranges of a masked item get an all-rows mask. Items whose masks all end up
+  /// covering every row carry no masks.
+  void add_masked_range(int32_t node, int32_t begin, int32_t end, uint64_t mask);
+  /// Adds an already made range (make_range() over plan()/page_memo(), for tests and tools).
+  void add_kv_range(const KvRange& r, uint64_t mask = ~0ull);
+  /// Adds the ranges covering tokens [tok_begin, tok_end) of the concatenation of the nodes
+  /// path[0..n) (root first); a range may start or end mid-node.
+  void add_path_ranges(const int32_t* path, int32_t n, int64_t tok_begin, int64_t tok_end);
+  /// Closes the item with tile class max(min_tile, class for its packed rows) and returns its
+  /// index (before finish() reorders items), or -1 when it had no rows or no ranges (dropped).
+  /// Throws std::invalid_argument when the packed rows exceed 128.
+  int32_t end_item(TileClass min_tile = TileClass::kM16);
+
+  /// Emits the items of one group: `queries` in chunks of at most `cap` (filled greedily), each
+  /// chunk over the chain `segs`, cut into `kv_parts` near-equal pieces along the KV.
+  void emit_group(const int32_t* queries, int32_t num_queries, const Seg* segs, int32_t num_segs,
+                  int32_t cap, int32_t kv_parts, TileClass min_tile = TileClass::kM16);
+
+  int32_t num_items() const { return static_cast<int32_t>(plan_.items.size()); }
+  /// The plan under construction and the per-node page memo of make_range (kPlan mode).
+  Plan& plan() { return plan_; }
+  std::vector<int32_t>* page_memo() { return &node_page_base_; }
+
+  /// Assigns slots and merge lists (see SlotOrder), calls finalize_plan() and returns the plan.
+  /// kPlan mode only.
+  Plan finish(SlotOrder order = SlotOrder::kByRow);
+  /// fast_plan_us() of the plan finish() would return (either mode; see items_cost_us for
+  /// prune_above).
+  double cost_us(const DeviceInfo& dev,
+                 double prune_above = std::numeric_limits<double>::infinity());
+
+ private:
+  /// Rows per query over the whole plan.
+  void count_rows(std::vector<int32_t>* count) const;
+  size_t num_rows() const { return cost_only_ ? row_query_.size() : plan_.rows.size(); }
+
+  const PrefixTree& tree_;
+  Plan plan_;
+  bool cost_only_ = false;
+  int32_t group_ = 1;
+  std::vector<int32_t> node_page_base_;
+  std::vector<uint64_t> item_masks_;  // masks of the open item, one per range
+  bool item_masked_ = false;
+  std::vector<int32_t> row_query_;      // kCostOnly: the rows' queries (plan_.rows stays empty)
+  std::vector<int32_t> count_scratch_;  // cost_us()
+  std::vector<char> partial_scratch_;
+  std::vector<CostItem> cost_scratch_;
+};
 
 }  // namespace treeattn::planners

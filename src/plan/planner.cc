@@ -1,5 +1,6 @@
-// make_plan(): validates the tree and the options, builds the TreeIndex once, dispatches to the
-// named planner (src/plan/planners.h) and checks the result's internal consistency.
+// make_plan(): validates the tree and the options, builds the PlanIndex once, dispatches to the
+// named planner (src/plan/planners.h: the planner table) and checks the result's internal
+// consistency.
 #include "treeattn/plan/planner.h"
 
 #include <algorithm>
@@ -8,6 +9,34 @@
 #include "treeattn/common/error.h"
 
 namespace treeattn {
+
+namespace planners {
+
+const std::vector<PlannerEntry>& planner_table() {
+  static const std::vector<PlannerEntry> table = {{"query", query, SlotOrder::kByQuery},
+                                                  {"node", node, SlotOrder::kByQuery},
+                                                  {"node-chunk", node_chunk, SlotOrder::kByRow},
+                                                  {"flatten", flatten, SlotOrder::kByRow},
+                                                  {"fasttree", fasttree, SlotOrder::kByRow},
+                                                  {"pat", pat, SlotOrder::kByRow},
+                                                  {"forge", forge, SlotOrder::kByRow}};
+  return table;
+}
+
+const PlannerEntry* find_planner(const std::string& name) {
+  for (const PlannerEntry& e : planner_table())
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
+Plan run_planner(const PlannerEntry& entry, const PrefixTree& tree, const PlanIndex& index,
+                 const PlanOptions& opts) {
+  PlanBuilder b(tree, opts, entry.name);
+  entry.fn(tree, index, opts, &b);
+  return b.finish(entry.order);
+}
+
+}  // namespace planners
 
 const std::vector<std::string>& planner_names() {
   static const std::vector<std::string> names = {"query",    "node", "node-chunk", "flatten",
@@ -33,27 +62,12 @@ Plan make_plan(const PrefixTree& tree, const PlanOptions& opts) {
                "dtype_bytes", "must be 1, 2 or 4, got ", opts.dtype_bytes);
   TA_CHECK_ARG(tree.page_size >= 1, "page_size", "must be >= 1, got ", tree.page_size);
   validate(tree);
-  const TreeIndex index = build_index(tree);
+  const planners::PlanIndex index = planners::build_plan_index(tree);
 
-  Plan plan;
   const std::string& p = opts.planner;
-  if (p == "query") {
-    plan = planners::query(tree, index, opts);
-  } else if (p == "node") {
-    plan = planners::node(tree, index, opts);
-  } else if (p == "node-chunk") {
-    plan = planners::node_chunk(tree, index, opts);
-  } else if (p == "flatten") {
-    plan = planners::flatten(tree, index, opts);
-  } else if (p == "fasttree") {
-    plan = planners::fasttree(tree, index, opts);
-  } else if (p == "pat") {
-    plan = planners::pat(tree, index, opts);
-  } else if (p == "forge") {
-    plan = planners::forge(tree, index, opts);
-  } else {
-    plan = planners::auto_plan(tree, index, opts);
-  }
+  const planners::PlannerEntry* entry = planners::find_planner(p);
+  Plan plan = entry != nullptr ? planners::run_planner(*entry, tree, index, opts)
+                               : planners::auto_plan(tree, index, opts);
   plan.planner = p;
   TA_CHECK_INTERNAL(plan.shape.num_queries == tree.num_queries() &&
                         plan.shape.num_qo_heads == opts.num_qo_heads &&

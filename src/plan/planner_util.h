@@ -1,36 +1,47 @@
-// Internal helpers shared by the paper planners (node-chunk, flatten, fasttree, pat, forge) and
-// auto: a PlanAssembler that collects items (rows, ranges, optional masks) and then assigns
-// final-output rows / partial slots / merge lists and calls finalize_plan(); "groups" (a set of
-// queries over a chain of node slices) emitted as items with query chunking and KV splitting;
-// and small numeric helpers. Not installed.
+// Internal helpers shared by the planners beyond plan building (plan_builder.h): the flat tree
+// index the planners read (PlanIndex), "chain groups" (a set of queries over a chain of node
+// slices, the FastTree / PAT / auto grouping), chain splitting, DeFT block sizes, device slots and
+// the fast plan-cost estimate. Not installed.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "plan_builder.h"
 #include "treeattn/plan/cost_model.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace treeattn::planners {
 
-/// Token slice [begin, end) of tree node `node`.
-struct Seg {
-  int32_t node = -1;
-  int32_t begin = 0;
-  int32_t end = 0;
-  int32_t len() const { return end - begin; }
+/// A read-only run of int32 values (one row of a PlanIndex CSR array).
+struct IdSpan {
+  const int32_t* first = nullptr;
+  const int32_t* last = nullptr;
+  const int32_t* begin() const { return first; }
+  const int32_t* end() const { return last; }
+  const int32_t* data() const { return first; }
+  size_t size() const { return static_cast<size_t>(last - first); }
+  bool empty() const { return first == last; }
+  int32_t operator[](size_t i) const { return first[i]; }
 };
 
-/// ceil(a / b) for a >= 0, b >= 1.
-inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/// The PlanShape the options describe for `tree`.
-PlanShape plan_shape(const PrefixTree& tree, const PlanOptions& opts);
-
-/// Most queries one item may hold: packed rows (queries x group) <= 128, and at most
-/// kMaxMaskedRows rows when the item carries masks. Always >= 1 (group <= 128 is validated).
-int32_t max_queries_per_item(const PlanOptions& opts, bool masked);
+/// TreeIndex's views the planners need, in flat (CSR) arrays: a handful of allocations instead
+/// of two vectors per node. Same orders as build_index(): preorder with children in index order,
+/// children in index order, queries_below in query order.
+struct PlanIndex {
+  std::vector<int32_t> preorder;  ///< live nodes, parents before children
+  std::vector<int32_t> child_ptr, child_ids, below_ptr, below_ids;
+  IdSpan children(int32_t v) const {
+    return {child_ids.data() + child_ptr[v], child_ids.data() + child_ptr[v + 1]};
+  }
+  /// Queries whose path contains node v.
+  IdSpan queries_below(int32_t v) const {
+    return {below_ids.data() + below_ptr[v], below_ids.data() + below_ptr[v + 1]};
+  }
+};
+/// The index of a validated tree.
+PlanIndex build_plan_index(const PrefixTree& tree);
 
 /// CTA slots of the device: num_sms x ctas_per_sm.
 int64_t device_slots(const DeviceInfo& dev);
@@ -39,57 +50,8 @@ int64_t device_slots(const DeviceInfo& dev);
 /// enough blocks for blocks x kv_heads to fill two waves of CTA slots.
 int32_t even_block_tokens(int64_t total_tokens, const PlanOptions& opts);
 
-/// Tokens of the live nodes some query uses, and those nodes' count.
-int64_t used_tokens(const PrefixTree& tree, const TreeIndex& index);
-
-/// Collects work items and turns them into a finished Plan. Rows get their slots in finish():
-/// a query with exactly one row writes the final output, otherwise every row gets a fresh dense
-/// partial slot, listed in the query's merge list in item order.
-class PlanAssembler {
- public:
-  PlanAssembler(const PrefixTree& tree, const PlanOptions& opts, const char* planner);
-
-  /// Starts an item; rows, ranges (and masks) added next belong to it.
-  void begin_item();
-  void add_row(int32_t query);
-  /// Adds node slice [begin, end) (non-empty) as one range seen by every row.
-  void add_range(int32_t node, int32_t begin, int32_t end);
-  /// Adds a range seen only by the rows whose bit is set in `mask` (bit r = item row r). Any
-  /// masked range makes the whole item masked (<= kMaxMaskedRows rows); unmasked ranges of a
-  /// masked item get an all-rows mask.
-  void add_masked_range(int32_t node, int32_t begin, int32_t end, uint64_t mask);
-  /// Closes the item with tile class max(min_tile, class for its packed rows). An item without
-  /// rows or ranges is dropped.
-  void end_item(TileClass min_tile = TileClass::kM16);
-
-  /// Emits the items of one group: `queries` in chunks of at most `cap` (filled greedily), each
-  /// chunk over the chain `segs`, cut into `kv_parts` near-equal pieces along the KV.
-  void emit_group(const int32_t* queries, int32_t num_queries, const Seg* segs, int32_t num_segs,
-                  int32_t cap, int32_t kv_parts, TileClass min_tile = TileClass::kM16);
-
-  int32_t num_items() const { return static_cast<int32_t>(plan_.items.size()); }
-  Plan& plan() { return plan_; }
-
-  /// Assigns slots and merge lists, calls finalize_plan() and returns the plan.
-  Plan finish();
-
- private:
-  const PrefixTree& tree_;
-  Plan plan_;
-  std::vector<int32_t> node_page_base_;
-  std::vector<uint64_t> item_masks_;  // masks of the open item, one per range
-  bool item_masked_ = false;
-  int32_t group_ = 1;
-};
-
-/// Cuts the chain `segs` (total T tokens) into `parts` pieces of near-equal token counts and
-/// appends each piece's slices to `out`, with `piece_begin` receiving the index in `out` where
-/// each piece starts (parts + 1 entries).
-void split_chain(const Seg* segs, int32_t num_segs, int32_t parts, std::vector<Seg>* out,
-                 std::vector<int32_t>* piece_begin);
-
-/// Queries attached directly to each node (index by node).
-std::vector<std::vector<int32_t>> own_queries(const PrefixTree& tree);
+/// Tokens of the live nodes some query uses.
+int64_t used_tokens(const PrefixTree& tree, const PlanIndex& index);
 
 /// Groups of a "binary edge assignment" (FastTree) / pack (PAT) decision: merged[v] = 1 when
 /// node v's queries take v's parent chain into their own items (the edge parent -> v is
@@ -106,21 +68,14 @@ struct ChainGroups {
   std::vector<Group> groups;
   std::vector<int32_t> queries;
 };
-ChainGroups chain_groups(const PrefixTree& tree, const TreeIndex& index,
+ChainGroups chain_groups(const PrefixTree& tree, const PlanIndex& index,
                          const std::vector<char>& merged);
 /// The chain top .. node of a group as slices, root first (appended to `out`).
 void chain_segs(const PrefixTree& tree, const ChainGroups::Group& g, std::vector<Seg>* out);
 
-}  // namespace treeattn::planners
-
-namespace treeattn::planners {
-
 /// estimate_plan_us() computed faster for planners that score many candidate plans: the same
-/// documented model (cost_model.h / cost_model.cc: per-CTA time, LPT over the CTA slots raised to
-/// the global bandwidth / tensor-core bounds, launches, merge pass), with the LPT run over
-/// slots / kv_heads slot groups when kv_heads divides the slot count (then the kv_heads copies of
-/// every item land on identical slots, so the result is exact). A test checks it against
-/// estimate_plan_us.
+/// documented model (cost_model.h / cost_model.cc), via items_cost_us (plan_builder.h). A test
+/// checks it against estimate_plan_us.
 double fast_plan_us(const DeviceInfo& dev, const Plan& plan);
 
 }  // namespace treeattn::planners

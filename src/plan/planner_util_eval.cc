@@ -1,5 +1,7 @@
-// fast_plan_us(): the cost model's plan makespan (cost_model.cc) for planners that compare many
-// candidate plans; see planner_util.h.
+// The cost model's plan makespan for planners that compare many candidate plans: items_cost_us()
+// over a light item list (plan_builder.h; PlanBuilder's cost-only mode feeds it directly) and
+// fast_plan_us() over a finished Plan (planner_util.h). Same documented model as
+// estimate_plan_us() (cost_model.cc).
 #include <algorithm>
 #include <functional>
 #include <queue>
@@ -9,34 +11,57 @@
 
 namespace treeattn::planners {
 
-double fast_plan_us(const DeviceInfo& dev, const Plan& plan) {
-  const PlanShape& s = plan.shape;
-  const int64_t group = s.group();
+CtaCost::CtaCost(const DeviceInfo& dev, const PlanShape& shape)
+    : group_(shape.group()),
+      D_(shape.head_dim),
+      dt_(shape.dtype_bytes),
+      slot_bw_(dev.hbm_read_GBps * 1e3 / static_cast<double>(device_slots(dev))),
+      slot_flops_(dev.tc_TFLOPs * 1e6 * dev.mma_efficiency /
+                  static_cast<double>(device_slots(dev))),
+      overhead_(dev.item_overhead_us) {}
+
+double items_cost_us(const DeviceInfo& dev, const PlanShape& s, const CostItem* items,
+                     size_t num_items, int64_t num_slots, int64_t merged_queries,
+                     double prune_above) {
   const int64_t kv_heads = s.num_kv_heads;
-  const double D = s.head_dim, dt = s.dtype_bytes;
   const int64_t nslots = device_slots(dev);
-  const double slot_bw = dev.hbm_read_GBps * 1e3 / nslots;
-  const double slot_flops = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency / nslots;
-  std::vector<double> cta_us;
-  cta_us.reserve(plan.items.size());
-  double total_bytes = 0, total_flops = 0;
+  const CtaCost cost(dev, s);
+  thread_local std::vector<double> cta_us;
+  cta_us.resize(num_items);
+  // Totals of integer-valued doubles (exact below 2^53), so they do not depend on item order.
+  double total_bytes = 0, total_flops = 0, sum_us = 0, max_us = 0;
   bool used_class[kNumTileClasses] = {false, false, false};
-  for (const WorkItem& it : plan.items) {
-    int64_t partial = 0;
-    for (int32_t r = 0; r < it.num_rows; ++r)
-      partial += plan.rows[it.row_begin + r].slot != kFinalOutput;
-    const int64_t rows = it.num_rows * group, prow = partial * group;
-    const double bytes = static_cast<double>(it.kv_tokens) * D * 2.0 * dt + rows * D * dt +
-                         prow * (D * 4.0 + 4.0) + (rows - prow) * D * dt;
-    const int64_t issued =
-        it.tile == TileClass::kM16 ? 16 : std::max<int64_t>(16, (rows + 15) / 16 * 16);
-    const double flops =
-        4.0 * static_cast<double>(issued) * static_cast<double>((it.kv_tokens + 63) / 64 * 64) * D;
-    cta_us.push_back(dev.item_overhead_us + std::max(bytes / slot_bw, flops / slot_flops));
+  for (size_t i = 0; i < num_items; ++i) {
+    const CostItem& it = items[i];
+    double bytes, flops, us;
+    cost.eval(it.rows, it.partial_rows, it.kv_tokens, it.tile, &bytes, &flops, &us);
+    cta_us[i] = us;
+    sum_us += us;
+    max_us = std::max(max_us, us);
     total_bytes += bytes * kv_heads;
     total_flops += flops * kv_heads;
     used_class[static_cast<int>(it.tile)] = true;
   }
+  const double bw = dev.hbm_read_GBps * 1e3;
+  const double rate = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency;
+  int launches = 0;
+  for (bool u : used_class) launches += u;
+  double merge_us = 0;
+  if (num_slots > 0) {
+    ++launches;
+    const double bytes =
+        static_cast<double>(num_slots) * s.num_qo_heads * (s.head_dim * 4.0 + 4.0) +
+        static_cast<double>(merged_queries) * s.num_qo_heads * s.head_dim * s.dtype_bytes;
+    merge_us = bytes / bw;
+  }
+  const double fixed = merge_us + launches * dev.launch_overhead_us;
+  // LPT makespan >= max(longest CTA, total CTA time / slots): skip the LPT when even that bound
+  // cannot beat prune_above.
+  const double bound = std::max({max_us, sum_us * static_cast<double>(kv_heads) / nslots,
+                                 total_bytes / bw, total_flops / rate}) +
+                       fixed;
+  if (bound > prune_above * (1 + 1e-9)) return bound;
+
   std::sort(cta_us.begin(), cta_us.end(), std::greater<double>());
   const bool grouped = nslots % kv_heads == 0;
   const int64_t slots = grouped ? nslots / kv_heads : nslots;
@@ -54,23 +79,24 @@ double fast_plan_us(const DeviceInfo& dev, const Plan& plan) {
       makespan = std::max(makespan, start + us);
     }
   }
-  const double bw = dev.hbm_read_GBps * 1e3;
-  const double rate = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency;
   makespan = std::max({makespan, total_bytes / bw, total_flops / rate});
-  int launches = 0;
-  for (bool u : used_class) launches += u;
-  double merge_us = 0;
-  if (plan.num_slots > 0) {
-    ++launches;
-    int64_t merged_queries = 0;
-    for (int32_t q = 0; q + 1 < static_cast<int32_t>(plan.merge_indptr.size()); ++q)
-      merged_queries += plan.merge_indptr[q + 1] > plan.merge_indptr[q];
-    const double bytes =
-        static_cast<double>(plan.num_slots) * s.num_qo_heads * (s.head_dim * 4.0 + 4.0) +
-        static_cast<double>(merged_queries) * s.num_qo_heads * s.head_dim * s.dtype_bytes;
-    merge_us = bytes / bw;
-  }
   return makespan + merge_us + launches * dev.launch_overhead_us;
+}
+
+double fast_plan_us(const DeviceInfo& dev, const Plan& plan) {
+  std::vector<CostItem> items(plan.items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const WorkItem& it = plan.items[i];
+    items[i].rows = it.num_rows;
+    items[i].kv_tokens = it.kv_tokens;
+    items[i].tile = it.tile;
+    for (int32_t r = 0; r < it.num_rows; ++r)
+      items[i].partial_rows += plan.rows[it.row_begin + r].slot != kFinalOutput;
+  }
+  int64_t merged_queries = 0;
+  for (size_t q = 0; q + 1 < plan.merge_indptr.size(); ++q)
+    merged_queries += plan.merge_indptr[q + 1] > plan.merge_indptr[q];
+  return items_cost_us(dev, plan.shape, items.data(), items.size(), plan.num_slots, merged_queries);
 }
 
 }  // namespace treeattn::planners

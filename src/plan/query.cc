@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "plan_builder.h"
+#include "planner_util.h"
 #include "planners.h"
 
 namespace treeattn::planners {
@@ -15,30 +16,32 @@ constexpr int64_t kMinChunkTokens = 256;
 constexpr int64_t kTargetWaves = 2;
 }  // namespace
 
-Plan query(const PrefixTree& tree, const TreeIndex& /*index*/, const PlanOptions& opts) {
-  Plan plan = begin_plan(tree, opts, "query");
+void query(const PrefixTree& tree, const PlanIndex& /*index*/, const PlanOptions& opts,
+           PlanBuilder* b) {
   const int64_t nq = tree.num_queries();
   const int64_t ctas = nq * opts.num_kv_heads;
   const int64_t target =
       kTargetWaves * static_cast<int64_t>(opts.device.num_sms) * opts.device.ctas_per_sm;
   const int64_t want_splits = ctas >= target ? 1 : (target + ctas - 1) / ctas;
 
-  std::vector<int32_t> page_base(tree.nodes.size(), -1);
-  std::vector<KvRange> ranges;
+  std::vector<int32_t> path;  // root first
   for (int32_t q = 0; q < nq; ++q) {
-    const std::vector<int32_t> path = query_path(tree, q);
+    path.clear();
     int64_t ctx = 0;
-    for (const int32_t n : path) ctx += tree.nodes[n].tokens;
+    for (int32_t v = tree.query_node[q]; v != kNoParent; v = tree.nodes[v].parent) {
+      path.push_back(v);
+      ctx += tree.nodes[v].tokens;
+    }
+    std::reverse(path.begin(), path.end());
+    const int32_t len = static_cast<int32_t>(path.size());
     const int64_t k = std::max<int64_t>(1, std::min(want_splits, ctx / kMinChunkTokens));
     for (int64_t c = 0; c < k; ++c) {
-      ranges.clear();
-      append_path_ranges(tree, path, c * ctx / k, (c + 1) * ctx / k, &plan, &page_base, &ranges);
-      add_item(&plan, {q}, ranges);
+      b->begin_item();
+      b->add_row(q);
+      b->add_path_ranges(path.data(), len, c * ctx / k, (c + 1) * ctx / k);
+      b->end_item();
     }
   }
-  assign_slots(&plan);
-  finalize_plan(&plan);
-  return plan;
 }
 
 }  // namespace treeattn::planners

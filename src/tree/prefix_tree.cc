@@ -7,7 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
-#include <unordered_map>
+#include <utility>
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
@@ -41,41 +41,76 @@ void check_acyclic(const PrefixTree& tree) {
   }
 }
 
+// Node ids must be unique among live nodes. Ids are usually small (builders use the node
+// index), so a stamp table over [min id, min id + 4n) finds duplicates in O(n); other id sets are
+// sorted. Returns the first duplicate pair (later index second) or {-1, -1}.
+std::pair<int32_t, int32_t> find_duplicate_id(const PrefixTree& tree) {
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  for (const TreeNode& nd : tree.nodes) {
+    if (!nd.alive) continue;
+    lo = std::min(lo, nd.id);
+    hi = std::max(hi, nd.id);
+  }
+  if (lo > hi) return {-1, -1};
+  if (static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) < 4 * static_cast<uint64_t>(n) + 64) {
+    std::vector<int32_t> owner(static_cast<size_t>(hi - lo) + 1, -1);
+    for (int32_t i = 0; i < n; ++i) {
+      const TreeNode& nd = tree.nodes[i];
+      if (!nd.alive) continue;
+      int32_t& o = owner[static_cast<size_t>(nd.id - lo)];
+      if (o >= 0) return {o, i};
+      o = i;
+    }
+    return {-1, -1};
+  }
+  std::vector<std::pair<int64_t, int32_t>> ids;
+  ids.reserve(tree.nodes.size());
+  for (int32_t i = 0; i < n; ++i)
+    if (tree.nodes[i].alive) ids.emplace_back(tree.nodes[i].id, i);
+  std::sort(ids.begin(), ids.end());
+  std::pair<int32_t, int32_t> first{-1, -1};
+  for (size_t k = 1; k < ids.size(); ++k)
+    if (ids[k].first == ids[k - 1].first && (first.second < 0 || ids[k].second < first.second))
+      first = {ids[k - 1].second, ids[k].second};
+  return first;
+}
+
 }  // namespace
 
+// Messages (and the node names in them) are built only when a check fails: TA_CHECK_ARG
+// evaluates its argument name and message lazily, so the passing path allocates nothing per node.
 void validate(const PrefixTree& tree) {
   TA_CHECK_ARG(tree.page_size >= 1, "page_size", "must be >= 1, got ", tree.page_size);
   TA_CHECK_ARG(tree.num_pages >= 0, "num_pages", "must be >= 0, got ", tree.num_pages);
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
   const int64_t P = tree.page_size;
   int32_t live = 0;
-  std::unordered_map<int64_t, int32_t> ids;
-  ids.reserve(tree.nodes.size());
+  const auto [dup_first, dup_second] = find_duplicate_id(tree);  // reported at its later node
   for (int32_t i = 0; i < n; ++i) {
     const TreeNode& nd = tree.nodes[i];
     if (!nd.alive) continue;
     ++live;
-    const std::string name = node_name(i);
-    auto [it, fresh] = ids.emplace(nd.id, i);
-    TA_CHECK_ARG(fresh, name + ".id", "duplicate id ", nd.id, " (also ", node_name(it->second),
-                 ")");
+    TA_CHECK_ARG(i != dup_second, node_name(i) + ".id", "duplicate id ", nd.id, " (also ",
+                 node_name(dup_first), ")");
     if (nd.parent != kNoParent) {
-      TA_CHECK_ARG(nd.parent >= 0 && nd.parent < n, name + ".parent", "unknown parent index ",
-                   nd.parent, " (node id ", nd.id, "; tree has ", n, " node slots)");
-      TA_CHECK_ARG(tree.nodes[nd.parent].alive, name + ".parent", "parent index ", nd.parent,
-                   " is dead (node id ", nd.id, ")");
+      TA_CHECK_ARG(nd.parent >= 0 && nd.parent < n, node_name(i) + ".parent",
+                   "unknown parent index ", nd.parent, " (node id ", nd.id, "; tree has ", n,
+                   " node slots)");
+      TA_CHECK_ARG(tree.nodes[nd.parent].alive, node_name(i) + ".parent", "parent index ",
+                   nd.parent, " is dead (node id ", nd.id, ")");
     }
-    TA_CHECK_ARG(nd.tokens >= 1, name + ".tokens", "must be >= 1, got ", nd.tokens, " (node id ",
-                 nd.id, ")");
-    TA_CHECK_ARG(nd.page_offset >= 0 && nd.page_offset < P, name + ".page_offset",
+    TA_CHECK_ARG(nd.tokens >= 1, node_name(i) + ".tokens", "must be >= 1, got ", nd.tokens,
+                 " (node id ", nd.id, ")");
+    TA_CHECK_ARG(nd.page_offset >= 0 && nd.page_offset < P, node_name(i) + ".page_offset",
                  "must lie in [0, page_size=", P, "), got ", nd.page_offset);
     const int64_t want = detail::ceil_div(int64_t{nd.page_offset} + nd.tokens, P);
-    TA_CHECK_ARG(static_cast<int64_t>(nd.pages.size()) == want, name + ".pages", "has ",
+    TA_CHECK_ARG(static_cast<int64_t>(nd.pages.size()) == want, node_name(i) + ".pages", "has ",
                  nd.pages.size(), " pages but page_offset ", nd.page_offset, " + tokens ",
                  nd.tokens, " need ", want, " (page_size ", P, ")");
     for (size_t k = 0; k < nd.pages.size(); ++k) {
       TA_CHECK_ARG(nd.pages[k] >= 0 && nd.pages[k] < tree.num_pages,
-                   detail::concat(name, ".pages[", k, "]"), "page id ", nd.pages[k],
+                   detail::concat(node_name(i), ".pages[", k, "]"), "page id ", nd.pages[k],
                    " out of range [0, num_pages=", tree.num_pages, ")");
     }
   }
@@ -179,13 +214,16 @@ PrefixTree assemble_tree(const std::vector<int32_t>& parents, const std::vector<
 
 }  // namespace detail
 
+// Every vector is sized exactly before it is filled (children and queries_below are counted
+// first), and queries walk up their parent chain instead of materialising their paths.
 TreeIndex build_index(const PrefixTree& tree) {
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
   TreeIndex ix;
   ix.depth.assign(n, 0);
   ix.start.assign(n, 0);
-  ix.children.assign(n, {});
-  ix.queries_below.assign(n, {});
+  ix.children.resize(n);
+  ix.queries_below.resize(n);
+  std::vector<int32_t> count(n, 0);
   for (int32_t i = 0; i < n; ++i) {
     const TreeNode& nd = tree.nodes[i];
     if (!nd.alive) continue;
@@ -194,8 +232,14 @@ TreeIndex build_index(const PrefixTree& tree) {
     } else {
       TA_CHECK_ARG(nd.parent >= 0 && nd.parent < n, node_name(i) + ".parent",
                    "unknown parent index ", nd.parent);
-      ix.children[nd.parent].push_back(i);
+      ++count[nd.parent];
     }
+  }
+  for (int32_t i = 0; i < n; ++i)
+    if (count[i] > 0) ix.children[i].reserve(count[i]);
+  for (int32_t i = 0; i < n; ++i) {
+    const TreeNode& nd = tree.nodes[i];
+    if (nd.alive && nd.parent != kNoParent) ix.children[nd.parent].push_back(i);
   }
   ix.preorder = detail::preorder_of(tree);
   for (int32_t v : ix.preorder) {
@@ -205,8 +249,27 @@ TreeIndex build_index(const PrefixTree& tree) {
       ix.start[v] = ix.start[p] + tree.nodes[p].tokens;
     }
   }
-  for (int32_t q = 0; q < tree.num_queries(); ++q) {
-    for (int32_t v : query_path(tree, q)) ix.queries_below[v].push_back(q);
+  // queries_below sizes: own queries summed up the tree (children after parents in preorder).
+  const int32_t nq = tree.num_queries();
+  std::fill(count.begin(), count.end(), 0);
+  for (int32_t q = 0; q < nq; ++q) {
+    const int32_t v = tree.query_node[q];
+    TA_CHECK_ARG(v >= 0 && v < n, detail::concat("query ", q), "unknown node index ", v);
+    ++count[v];
+  }
+  for (auto it = ix.preorder.rbegin(); it != ix.preorder.rend(); ++it) {
+    const int32_t p = tree.nodes[*it].parent;
+    if (p != kNoParent) count[p] += count[*it];
+  }
+  for (int32_t v : ix.preorder)
+    if (count[v] > 0) ix.queries_below[v].reserve(count[v]);
+  for (int32_t q = 0; q < nq; ++q) {
+    int32_t steps = 0;
+    for (int32_t v = tree.query_node[q]; v != kNoParent; v = tree.nodes[v].parent) {
+      TA_CHECK_ARG(v >= 0 && v < n && steps++ < n, detail::concat("query ", q),
+                   "path is broken or cyclic at node index ", v);
+      ix.queries_below[v].push_back(q);
+    }
   }
   return ix;
 }

@@ -34,18 +34,18 @@ PlanOptions opts_for(const std::string& planner, int qo = 8, int kv = 2, int dim
 /// One item per query over its path, with `edit` applied to each item's ranges first.
 template <typename Edit>
 Plan manual_plan(const PrefixTree& t, Edit edit) {
-  Plan plan = planners::begin_plan(t, opts_for("query"), "manual");
-  std::vector<int32_t> base(t.nodes.size(), -1);
+  planners::PlanBuilder b(t, opts_for("query"), "manual");
   for (int32_t q = 0; q < t.num_queries(); ++q) {
     std::vector<KvRange> ranges;
-    const std::vector<int32_t> path = query_path(t, q);
-    planners::append_path_ranges(t, path, 0, query_context(t, q), &plan, &base, &ranges);
-    edit(q, &ranges, &plan, &base);
-    planners::add_item(&plan, {q}, ranges);
+    for (const int32_t n : query_path(t, q))
+      ranges.push_back(make_range(t, n, 0, t.nodes[n].tokens, &b.plan(), b.page_memo()));
+    edit(q, &ranges, &b.plan(), b.page_memo());
+    b.begin_item();
+    b.add_row(q);
+    for (const KvRange& r : ranges) b.add_kv_range(r);
+    b.end_item();
   }
-  planners::assign_slots(&plan);
-  finalize_plan(&plan);
-  return plan;
+  return b.finish(planners::SlotOrder::kByQuery);
 }
 
 TEST(PlanCore, TileClassForRows) {
@@ -107,22 +107,23 @@ TEST(PlanCore, CoverageCatchesWrongPages) {
 TEST(PlanCore, CoverageHonoursMasks) {
   const PrefixTree t = small_tree();
   // One item holding every query over every node; a mask gives each query its own path.
-  Plan plan = planners::begin_plan(t, opts_for("node"), "masked");
-  std::vector<int32_t> base(t.nodes.size(), -1);
+  planners::PlanBuilder b(t, opts_for("node"), "masked");
   const TreeIndex idx = build_index(t);
   std::vector<KvRange> ranges;
   std::vector<uint64_t> masks;
   std::vector<int32_t> qs;
   for (int32_t q = 0; q < t.num_queries(); ++q) qs.push_back(q);
   for (const int32_t n : idx.preorder) {
-    ranges.push_back(make_range(t, n, 0, t.nodes[n].tokens, &plan, &base));
+    ranges.push_back(make_range(t, n, 0, t.nodes[n].tokens, &b.plan(), b.page_memo()));
     uint64_t m = 0;
     for (const int32_t q : idx.queries_below[n]) m |= 1ull << q;
     masks.push_back(m);
   }
-  planners::add_item(&plan, qs, ranges, &masks);
-  planners::assign_slots(&plan);
-  finalize_plan(&plan);
+  b.begin_item();
+  b.add_rows(qs.data(), static_cast<int32_t>(qs.size()));
+  for (size_t j = 0; j < ranges.size(); ++j) b.add_kv_range(ranges[j], masks[j]);
+  b.end_item();
+  const Plan plan = b.finish(planners::SlotOrder::kByQuery);
   EXPECT_NO_THROW(check_coverage(t, plan));
   // Range 1 is a leaf: hide it from the query below it (missing tokens) ...
   const int32_t leaf = idx.preorder[1];

@@ -161,10 +161,10 @@ TEST(DecodeGpu, GraphReplayAfterAppend) {
     Case c;
     c.planner = planner;
     c.seed = 4242;
-    RandomTreeOptions o;
-    o.page_size = 16;
-    o.max_nodes = 20;
-    PrefixTree tree = random_tree(c.seed, o);
+    // Leaves each hold one query, so appending grows them in place and the later plan keeps
+    // the item structure (a forking append can move items between tile classes and outgrow
+    // any per-class headroom).
+    PrefixTree tree = tree_from_levels(parse_levels("N=1,4,16 C=300,100,37 page=16"));
     // spare pages for the appended tokens
     const int32_t extra = tree.num_queries() + 8;
     for (int32_t p = 0; p < extra; ++p) tree.free_pages.push_back(tree.num_pages + p);
