@@ -124,14 +124,14 @@ __device__ __forceinline__ float fast_exp2(float x) {
 template <DType kDType, int kHeadDim, int kClass>
 struct AttnConfig {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim");
-  static_assert(kClass >= 0 && kClass < kNumTileClasses, "tile class");
+  static_assert(kClass >= 0 && kClass < kNumKernelConfigs, "kernel config");
   using Traits = DTypeTraits<kDType>;
   using T = typename Traits::T;
   static constexpr int HD = kHeadDim;
   static constexpr int CPT = HD / 8;  ///< 16-byte chunks per row
   static constexpr int BN = kv_tile(kClass, HD);
   static constexpr int WM = warps_m(kClass);
-  static constexpr int WN = warps_n(kClass);
+  static constexpr int WN = warps_n(kClass, HD);
   static constexpr int ROWS = 16 * WM;
   static constexpr int BNW = BN / WN;  ///< tokens per warp per tile
   static constexpr int THREADS = 32 * WM * WN;
@@ -195,8 +195,9 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
 
   pdl_launch_dependents();
   const DeviceHeader& hdr = *p.header;
-  const int item_idx = hdr.class_begin[kClass] + static_cast<int>(blockIdx.x);
-  if (item_idx >= hdr.class_begin[kClass + 1]) return;  // capacity launched, real count smaller
+  constexpr int kPlanClass = plan_class(kClass);
+  const int item_idx = hdr.class_begin[kPlanClass] + static_cast<int>(blockIdx.x);
+  if (item_idx >= hdr.class_begin[kPlanClass + 1]) return;  // capacity launched, real count smaller
   const DeviceItem item = p.items[item_idx];
   const int kv_head = blockIdx.y;
   const int group = p.group;

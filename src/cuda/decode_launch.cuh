@@ -35,7 +35,7 @@ template <DType kDType, int kHeadDim, int kClass>
 Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
                               cudaStream_t stream) {
   using C = AttnConfig<kDType, kHeadDim, kClass>;
-  const int64_t capacity = layout.class_items[kClass];
+  const int64_t capacity = layout.class_items[plan_class(kClass)];
   if (capacity <= 0) return Status::kOk;
   if (capacity > 0x7fffffff || layout.shape.num_kv_heads > 65535) return Status::kUnsupported;
   auto* kernel = &decode_attention_kernel<kDType, kHeadDim, kClass>;
@@ -64,7 +64,12 @@ Status launch_plan_impl(const KernelParams& p, const PlanLayout& layout, cudaStr
     if (st == Status::kOk)
       st = launch_attention_class<kDType, kHeadDim, decltype(cls)::value>(p, layout, stream);
   };
-  one(std::integral_constant<int, 0>{});
+  const int64_t m16_ctas = layout.class_items[0] * layout.shape.num_kv_heads;
+  if (use_wide_m16(m16_ctas, device_sm_count())) {
+    one(std::integral_constant<int, 0>{});
+  } else {
+    one(std::integral_constant<int, 3>{});
+  }
   one(std::integral_constant<int, 1>{});
   one(std::integral_constant<int, 2>{});
   if (st != Status::kOk) return st;

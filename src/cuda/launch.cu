@@ -36,6 +36,19 @@ bool device_supports_pdl() {
   return cached[dev] == 2;
 }
 
+int device_sm_count() {
+  static int cached[64];  // 0 = unknown
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
+  if (cached[dev] == 0) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+      n = 132;
+    cached[dev] = n;
+  }
+  return cached[dev];
+}
+
 namespace {
 
 constexpr float kLog2e = 1.44269504088896340736f;

@@ -75,15 +75,21 @@ class AutoPlanner {
     return chain_groups(tree_, index_, merged);
   }
 
-  /// Emits the groups with every chain longer than `thr` tokens split into pieces <= thr.
-  void emit(const ChainGroups& cg, int64_t thr, PlanBuilder* b) const {
-    std::vector<Seg> segs;
-    for (const ChainGroups::Group& g : cg.groups) {
-      segs.clear();
-      chain_segs(tree_, g, &segs);
-      const int32_t parts = static_cast<int32_t>(g.len > thr ? cdiv(g.len, thr) : 1);
-      b->emit_group(cg.queries.data() + g.q_begin, g.num_queries(), segs.data(),
-                    static_cast<int32_t>(segs.size()), cap_, parts);
+  /// KV pieces of each group when chains longer than `thr` tokens are split into pieces <= thr.
+  static void split_parts(const ChainGroups& cg, int64_t thr, std::vector<int32_t>* parts) {
+    parts->resize(cg.groups.size());
+    for (size_t i = 0; i < cg.groups.size(); ++i) {
+      const int64_t len = cg.groups[i].len;
+      (*parts)[i] = static_cast<int32_t>(len > thr ? cdiv(len, thr) : 1);
+    }
+  }
+
+  /// Emits the groups, group i cut into parts[i] KV pieces.
+  void emit(const ChainGroups& cg, const std::vector<int32_t>& parts, PlanBuilder* b) const {
+    for (size_t i = 0; i < cg.groups.size(); ++i) {
+      const ChainGroups::Group& g = cg.groups[i];
+      b->emit_chain(g.node, g.top, g.len, cg.queries.data() + g.q_begin, g.num_queries(), cap_,
+                    parts[i]);
     }
   }
 
@@ -103,9 +109,15 @@ class AutoPlanner {
           std::max<int64_t>(32, static_cast<int64_t>(share / (w * static_cast<double>(slots))));
       if (thr != thresholds.back()) thresholds.push_back(thr);
     }
+    // Thresholds fall, so parts only grow: a threshold splitting exactly like the previous one
+    // builds the same plan (same cost, never strictly better) and is skipped.
+    std::vector<int32_t> parts, prev_parts;
     for (size_t i = 0; i < thresholds.size(); ++i) {
+      split_parts(cg, thresholds[i], &parts);
+      if (i > 0 && parts == prev_parts) continue;
+      prev_parts.swap(parts);
       PlanBuilder b(tree_, opts_, "auto", PlanBuilder::Mode::kCostOnly);
-      emit(cg, thresholds[i], &b);
+      emit(cg, prev_parts, &b);
       consider(b.cost_us(opts_.device, bound()), static_cast<int32_t>(i));
     }
     // The guarantee: every other planner is a candidate too.
@@ -120,7 +132,8 @@ class AutoPlanner {
     }
     if (best_ >= 0) {
       PlanBuilder b(tree_, opts_, "auto");
-      emit(cg, thresholds[best_], &b);
+      split_parts(cg, thresholds[best_], &parts);
+      emit(cg, parts, &b);
       return b.finish();
     }
     Plan plan = run_planner(*others[-best_ - 1], tree_, index_, opts_);
@@ -130,8 +143,15 @@ class AutoPlanner {
 
  private:
   /// estimate_item(...).us of `rows` queries writing partials over `kv` tokens.
+  /// Memoised in a small direct-mapped table: the grouping pass asks for the same few (rows, kv)
+  /// pairs over and over (sibling leaves), and each evaluation costs two divisions.
   double item_us(int64_t rows, int64_t kv) const {
-    return cta_.us(rows, rows, kv, tile_class_for_rows(static_cast<int32_t>(rows * group_)));
+    Memo& m = memo_[static_cast<size_t>(rows * 31 + kv * 131) % kMemo];
+    if (m.rows == rows && m.kv == kv) return m.us;
+    m.rows = rows;
+    m.kv = kv;
+    m.us = cta_.us(rows, rows, kv, tile_class_for_rows(static_cast<int32_t>(rows * group_)));
+    return m.us;
   }
 
   double bound() const { return best_us_ < 0 ? std::numeric_limits<double>::infinity() : best_us_; }
@@ -149,6 +169,12 @@ class AutoPlanner {
   PlanShape shape_;
   int32_t cap_, group_;
   CtaCost cta_;
+  struct Memo {
+    int64_t rows = -1, kv = -1;
+    double us = 0;
+  };
+  static constexpr size_t kMemo = 64;
+  mutable Memo memo_[kMemo];
   int32_t best_ = 0;
   double best_us_ = -1;
 };

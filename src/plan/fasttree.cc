@@ -80,16 +80,13 @@ void fasttree(const PrefixTree& tree, const PlanIndex& index, const PlanOptions&
   const int64_t thr =
       std::max<int64_t>(kMinSplitTokens, cdiv(work * kv_heads, device_slots(opts.device)));
 
-  std::vector<Seg> segs;
   for (size_t i = 0; i < cg.groups.size(); ++i) {
     const ChainGroups::Group& g = cg.groups[i];
-    segs.clear();
-    chain_segs(tree, g, &segs);
     const int32_t parts = static_cast<int32_t>(g.len > thr ? cdiv(g.len, thr) : 1);
     const TileClass min_tile =
         cap[i] == cm.qt16 && g.num_queries() <= cm.qt16 ? TileClass::kM16 : TileClass::kM64;
-    b->emit_group(cg.queries.data() + g.q_begin, g.num_queries(), segs.data(),
-                  static_cast<int32_t>(segs.size()), cap[i], parts, min_tile);
+    b->emit_chain(g.node, g.top, g.len, cg.queries.data() + g.q_begin, g.num_queries(), cap[i],
+                  parts, min_tile);
   }
 }
 

@@ -61,6 +61,9 @@ void IncrementalPlanner::index_plan() {
     }
     if (bad[v]) node_base_[v] = -1;
   }
+  node_cap_.assign(n, 0);
+  for (int32_t v = 0; v < n; ++v)
+    if (node_base_[v] >= 0) node_cap_[v] = static_cast<int32_t>(tree_.nodes[v].pages.size());
   all_nodes_known_ = true;
   for (int32_t v = 0; v < n; ++v)
     if (node_ranges_ptr_[v + 1] > node_ranges_ptr_[v] && node_base_[v] < 0)
@@ -90,20 +93,33 @@ void IncrementalPlanner::index_plan() {
   }
 }
 
+// A node's copy in page_ids has node_cap_[v] slots (its pages, then padding repeating its last
+// page, never read by a range). A new page fills the next slot; a full copy grows in place when it
+// is last in page_ids, else moves to the end with twice the room, so every page is copied O(1)
+// times amortised (moving the whole list for every new page made a step quadratic in the leaves'
+// lengths).
 void IncrementalPlanner::move_node_pages(int32_t v) {
   const TreeNode& nd = tree_.nodes[v];
-  const int32_t old_base = node_base_[v];
-  const int32_t old_pages = static_cast<int32_t>(nd.pages.size()) - 1;  // before the new page
-  if (old_base + old_pages == static_cast<int32_t>(plan_.page_ids.size())) {
-    plan_.page_ids.push_back(nd.pages.back());  // last in page_ids: extend in place
+  const int32_t np = static_cast<int32_t>(nd.pages.size());  // the new page included
+  const int32_t old_base = node_base_[v], old_cap = node_cap_[v];
+  if (np <= old_cap) {
+    plan_.page_ids[old_base + np - 1] = nd.pages.back();
+    return;
+  }
+  const int32_t new_cap = 2 * np;
+  if (old_base + old_cap == static_cast<int32_t>(plan_.page_ids.size())) {
+    plan_.page_ids.resize(old_base + new_cap, nd.pages.back());  // last: grow in place
+    node_cap_[v] = new_cap;
     return;
   }
   const int32_t new_base = static_cast<int32_t>(plan_.page_ids.size());
   plan_.page_ids.insert(plan_.page_ids.end(), nd.pages.begin(), nd.pages.end());
+  plan_.page_ids.resize(new_base + new_cap, nd.pages.back());
   for (int32_t k = node_ranges_ptr_[v]; k < node_ranges_ptr_[v + 1]; ++k)
     plan_.ranges[node_ranges_[k]].page_begin += new_base - old_base;
   node_base_[v] = new_base;
-  unused_pages_ += old_pages;
+  node_cap_[v] = new_cap;
+  unused_pages_ += old_cap;
 }
 
 bool IncrementalPlanner::step() {
@@ -157,6 +173,8 @@ void IncrementalPlanner::compact_pages() {
     const int32_t new_base = static_cast<int32_t>(ids.size());
     const std::vector<int32_t>& pages = tree_.nodes[v].pages;
     ids.insert(ids.end(), pages.begin(), pages.end());
+    ids.resize(new_base + std::max<int32_t>(node_cap_[v], static_cast<int32_t>(pages.size())),
+               pages.back());  // keep the room to grow
     for (int32_t k = node_ranges_ptr_[v]; k < node_ranges_ptr_[v + 1]; ++k)
       plan_.ranges[node_ranges_[k]].page_begin += new_base - node_base_[v];
     node_base_[v] = new_base;

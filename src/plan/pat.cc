@@ -50,13 +50,10 @@ void pat(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts
   }
   const int64_t mean = std::max<int64_t>(1, cdiv(kv, std::max<int64_t>(ctas, 1)));
 
-  std::vector<Seg> segs;
   for (const ChainGroups::Group& g : cg.groups) {
-    segs.clear();
-    chain_segs(tree, g, &segs);
     const int32_t parts = static_cast<int32_t>(g.len > mean ? cdiv(g.len, mean) : 1);
-    b->emit_group(cg.queries.data() + g.q_begin, g.num_queries(), segs.data(),
-                  static_cast<int32_t>(segs.size()), static_cast<int32_t>(cap), parts);
+    b->emit_chain(g.node, g.top, g.len, cg.queries.data() + g.q_begin, g.num_queries(),
+                  static_cast<int32_t>(cap), parts);
   }
 }
 

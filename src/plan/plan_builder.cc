@@ -66,10 +66,12 @@ PlanBuilder::PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const 
   plan_.shape = plan_shape(tree, opts);
   group_ = plan_.shape.group();
   const size_t nq = static_cast<size_t>(tree.num_queries());
-  plan_.items.reserve(nq * 2);
   if (cost_only_) {
-    row_query_.reserve(nq * 4);
+    row_query_.reserve(nq * 2);
+    blocks_.reserve(nq * 2);
+    cost_items_.reserve(nq * 2);
   } else {
+    plan_.items.reserve(nq * 2);
     plan_.rows.reserve(nq * 4);
     node_page_base_.assign(tree.nodes.size(), -1);
     plan_.ranges.reserve(nq * 3);
@@ -78,29 +80,30 @@ PlanBuilder::PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const 
 }
 
 void PlanBuilder::begin_item() {
+  if (cost_only_) {
+    blocks_.push_back(RowBlock{static_cast<int32_t>(row_query_.size()), 0, 1});
+    cost_items_.emplace_back();
+    cost_items_.back().block = static_cast<int32_t>(blocks_.size()) - 1;
+    return;
+  }
   WorkItem it;
-  it.row_begin = static_cast<int32_t>(num_rows());
+  it.row_begin = static_cast<int32_t>(plan_.rows.size());
   it.range_begin = static_cast<int32_t>(plan_.ranges.size());
   plan_.items.push_back(it);
   item_masks_.clear();
   item_masked_ = false;
 }
 
-void PlanBuilder::add_row(int32_t query) {
-  if (cost_only_) {
-    row_query_.push_back(query);
-  } else {
-    plan_.rows.push_back(PlanRow{query, kFinalOutput});
-  }
-  ++plan_.items.back().num_rows;
-}
+void PlanBuilder::add_row(int32_t query) { add_rows(&query, 1); }
 
 void PlanBuilder::add_rows(const int32_t* queries, int32_t n) {
-  plan_.items.back().num_rows += n;
   if (cost_only_) {
     row_query_.insert(row_query_.end(), queries, queries + n);
+    blocks_.back().size += n;
+    cost_items_.back().rows += n;
     return;
   }
+  plan_.items.back().num_rows += n;
   const size_t base = plan_.rows.size();
   plan_.rows.resize(base + n);
   PlanRow* rows = plan_.rows.data() + base;
@@ -110,21 +113,22 @@ void PlanBuilder::add_rows(const int32_t* queries, int32_t n) {
 void PlanBuilder::add_masked_range(int32_t node, int32_t begin, int32_t end, uint64_t mask) {
   if (end <= begin || mask == 0) return;
   if (cost_only_) {  // what the cost model reads: KV tokens (masks and pages do not count)
-    WorkItem& it = plan_.items.back();
-    ++it.num_ranges;
-    it.kv_tokens += end - begin;
+    cost_items_.back().kv_tokens += end - begin;
     return;
   }
   add_kv_range(make_range(tree_, node, begin, end, &plan_, &node_page_base_), mask);
 }
 
 void PlanBuilder::add_kv_range(const KvRange& r, uint64_t mask) {
+  if (cost_only_) {
+    add_masked_range(r.node, 0, r.len, mask);
+    return;
+  }
   WorkItem& it = plan_.items.back();
   TA_CHECK_ARG(static_cast<int64_t>(it.kv_tokens) + r.len <= INT32_MAX, "ranges", "item of ",
                static_cast<int64_t>(it.kv_tokens) + r.len, " tokens is too long");
   ++it.num_ranges;
   it.kv_tokens += r.len;
-  if (cost_only_) return;
   plan_.ranges.push_back(r);
   item_masks_.push_back(mask);
   if (mask != ~0ull) item_masked_ = true;
@@ -142,14 +146,21 @@ void PlanBuilder::add_path_ranges(const int32_t* path, int32_t n, int64_t tok_be
 }
 
 int32_t PlanBuilder::end_item(TileClass min_tile) {
+  if (cost_only_) {
+    CostItem& c = cost_items_.back();
+    if (c.rows == 0 || c.kv_tokens == 0) {
+      row_query_.resize(blocks_.back().begin);
+      blocks_.pop_back();
+      cost_items_.pop_back();
+      return -1;
+    }
+    c.tile = std::max(tile_for(c.rows), min_tile);
+    return num_items() - 1;
+  }
   WorkItem& it = plan_.items.back();
   if (it.num_rows == 0 || it.num_ranges == 0) {
-    if (cost_only_) {
-      row_query_.resize(it.row_begin);
-    } else {
-      plan_.rows.resize(it.row_begin);
-      plan_.ranges.resize(it.range_begin);
-    }
+    plan_.rows.resize(it.row_begin);
+    plan_.ranges.resize(it.range_begin);
     plan_.items.pop_back();
     return -1;
   }
@@ -167,7 +178,7 @@ int32_t PlanBuilder::end_item(TileClass min_tile) {
       plan_.masks.insert(plan_.masks.end(), item_masks_.begin(), item_masks_.end());
     }
   }
-  it.tile = std::max(tile_class_for_rows(it.num_rows * group_), min_tile);
+  it.tile = std::max(tile_for(it.num_rows), min_tile);
   return num_items() - 1;
 }
 
@@ -179,20 +190,8 @@ void PlanBuilder::emit_group(const int32_t* queries, int32_t num_queries, const 
   for (int32_t j = 0; j < num_segs; ++j) total += segs[j].len();
   if (total <= 0) return;
   kv_parts = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(kv_parts, total)));
-  if (cost_only_) {  // the cost model reads rows, KV tokens and tiles only: no slice walk
-    for (int32_t q0 = 0; q0 < num_queries; q0 += cap) {
-      const int32_t n = std::min(num_queries, q0 + cap) - q0;
-      WorkItem it;
-      it.num_rows = n;
-      it.num_ranges = 1;
-      it.tile = std::max(tile_class_for_rows(n * group_), min_tile);
-      for (int32_t p = 0; p < kv_parts; ++p) {
-        it.row_begin = static_cast<int32_t>(row_query_.size());
-        it.kv_tokens = static_cast<int32_t>(total * (p + 1) / kv_parts - total * p / kv_parts);
-        plan_.items.push_back(it);
-        row_query_.insert(row_query_.end(), queries + q0, queries + q0 + n);
-      }
-    }
+  if (cost_only_) {
+    emit_chunks_cost(queries, num_queries, total, cap, kv_parts, min_tile);
     return;
   }
   for (int32_t q0 = 0; q0 < num_queries; q0 += cap) {
@@ -217,17 +216,70 @@ void PlanBuilder::emit_group(const int32_t* queries, int32_t num_queries, const 
   }
 }
 
+void PlanBuilder::emit_chain(int32_t node, int32_t top, int64_t len, const int32_t* queries,
+                             int32_t num_queries, int32_t cap, int32_t kv_parts,
+                             TileClass min_tile) {
+  if (cost_only_) {
+    if (num_queries <= 0 || len <= 0) return;
+    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(kv_parts, len));
+    emit_chunks_cost(queries, num_queries, len, std::max(1, cap), static_cast<int32_t>(parts),
+                     min_tile);
+    return;
+  }
+  segs_.clear();
+  for (int32_t v = node;; v = tree_.nodes[v].parent) {
+    segs_.push_back(Seg{v, 0, tree_.nodes[v].tokens});
+    if (v == top) break;
+  }
+  std::reverse(segs_.begin(), segs_.end());
+  emit_group(queries, num_queries, segs_.data(), static_cast<int32_t>(segs_.size()), cap, kv_parts,
+             min_tile);
+}
+
+void PlanBuilder::emit_chunks_cost(const int32_t* queries, int32_t num_queries, int64_t total,
+                                   int32_t cap, int32_t kv_parts, TileClass min_tile) {
+  // Piece p of emit_group holds total * (p + 1) / parts - total * p / parts tokens: `rem` pieces
+  // of base + 1 tokens and the others of base (the cost does not depend on their order). Each
+  // chunk's rows are stored once, in a block shared by its pieces.
+  const int64_t base = total / kv_parts, rem = total % kv_parts;
+  for (int32_t q0 = 0; q0 < num_queries; q0 += cap) {
+    const int32_t n = std::min(num_queries, q0 + cap) - q0;
+    blocks_.push_back(RowBlock{static_cast<int32_t>(row_query_.size()), n, kv_parts});
+    if (n == 1) {
+      row_query_.push_back(queries[q0]);
+    } else {
+      row_query_.insert(row_query_.end(), queries + q0, queries + q0 + n);
+    }
+    CostItem c;
+    c.block = static_cast<int32_t>(blocks_.size()) - 1;
+    c.rows = n;
+    c.tile = std::max(tile_for(n), min_tile);
+    if (rem > 0) {
+      c.kv_tokens = static_cast<int32_t>(base + 1);
+      c.count = static_cast<int32_t>(rem);
+      cost_items_.push_back(c);
+    }
+    if (base > 0) {
+      c.kv_tokens = static_cast<int32_t>(base);
+      c.count = kv_parts - static_cast<int32_t>(rem);
+      cost_items_.push_back(c);
+    }
+  }
+}
+
 void PlanBuilder::count_rows(std::vector<int32_t>* count) const {
   const int32_t nq = plan_.shape.num_queries;
   count->assign(nq, 0);
-  const auto tally = [&](int32_t q) {
+  int32_t* const c = count->data();
+  const auto tally = [&](int32_t q, int32_t copies) {
     TA_CHECK_INTERNAL(q >= 0 && q < nq, "row query ", q, " out of range");
-    ++(*count)[q];
+    c[q] += copies;
   };
   if (cost_only_) {
-    for (const int32_t q : row_query_) tally(q);
+    for (const RowBlock& b : blocks_)
+      for (int32_t r = b.begin; r < b.begin + b.size; ++r) tally(row_query_[r], b.copies);
   } else {
-    for (const PlanRow& r : plan_.rows) tally(r.query);
+    for (const PlanRow& r : plan_.rows) tally(r.query, 1);
   }
 }
 
@@ -261,6 +313,7 @@ Plan PlanBuilder::finish(SlotOrder order) {
 }
 
 double PlanBuilder::cost_us(const DeviceInfo& dev, double prune_above) {
+  TA_CHECK_INTERNAL(cost_only_, "cost_us() on a full PlanBuilder (use fast_plan_us)");
   std::vector<int32_t>& count = count_scratch_;
   count_rows(&count);
   int64_t num_slots = 0, merged = 0;
@@ -269,27 +322,14 @@ double PlanBuilder::cost_us(const DeviceInfo& dev, double prune_above) {
       num_slots += c;
       ++merged;
     }
-  // Per row: does its query write a partial (more than one row in the plan)?
-  std::vector<char>& partial = partial_scratch_;
-  partial.resize(num_rows());
-  if (cost_only_) {
-    for (size_t r = 0; r < row_query_.size(); ++r) partial[r] = count[row_query_[r]] > 1;
-  } else {
-    for (size_t r = 0; r < plan_.rows.size(); ++r) partial[r] = count[plan_.rows[r].query] > 1;
+  // A row writes a partial when its query has more than one row in the plan.
+  for (RowBlock& b : blocks_) {
+    b.partial = 0;
+    for (int32_t r = b.begin; r < b.begin + b.size; ++r) b.partial += count[row_query_[r]] > 1;
   }
-  std::vector<CostItem>& items = cost_scratch_;
-  items.resize(plan_.items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    const WorkItem& it = plan_.items[i];
-    CostItem& c = items[i];
-    c.rows = it.num_rows;
-    c.kv_tokens = it.kv_tokens;
-    c.tile = it.tile;
-    c.partial_rows = 0;
-    for (int32_t r = it.row_begin; r < it.row_begin + it.num_rows; ++r)
-      c.partial_rows += partial[r];
-  }
-  return items_cost_us(dev, plan_.shape, items.data(), items.size(), num_slots, merged,
+  for (size_t i = 0; i < cost_items_.size(); ++i)
+    cost_items_[i].partial_rows = blocks_[cost_items_[i].block].partial;
+  return items_cost_us(dev, plan_.shape, cost_items_.data(), cost_items_.size(), num_slots, merged,
                        prune_above);
 }
 

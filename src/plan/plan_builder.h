@@ -59,6 +59,8 @@ struct CostItem {
   int32_t partial_rows = 0;  ///< of them, rows writing a partial slot
   int32_t kv_tokens = 0;
   TileClass tile = TileClass::kM16;
+  int32_t count = 1;   ///< identical items this entry stands for
+  int32_t block = -1;  ///< PlanBuilder (cost-only): the row block of its rows
 };
 
 /// The cost model's per-CTA terms (cost_model.cc) with the device and shape constants hoisted,
@@ -136,23 +138,41 @@ class PlanBuilder {
   void emit_group(const int32_t* queries, int32_t num_queries, const Seg* segs, int32_t num_segs,
                   int32_t cap, int32_t kv_parts, TileClass min_tile = TileClass::kM16);
 
-  int32_t num_items() const { return static_cast<int32_t>(plan_.items.size()); }
+  /// emit_group() over the chain of nodes top .. node (top an ancestor of node, or node itself;
+  /// `len` = the chain's tokens), whole nodes, root first. A cost-only builder never walks the
+  /// chain.
+  void emit_chain(int32_t node, int32_t top, int64_t len, const int32_t* queries,
+                  int32_t num_queries, int32_t cap, int32_t kv_parts,
+                  TileClass min_tile = TileClass::kM16);
+
+  int32_t num_items() const {
+    return static_cast<int32_t>(cost_only_ ? cost_items_.size() : plan_.items.size());
+  }
   /// The plan under construction and the per-node page memo of make_range (kPlan mode).
   Plan& plan() { return plan_; }
   std::vector<int32_t>* page_memo() { return &node_page_base_; }
 
   /// Assigns slots and merge lists (see SlotOrder), calls finalize_plan() and returns the plan.
-  /// kPlan mode only.
+  /// kPlan mode only (a cost-only builder keeps no plan: plan() stays empty).
   Plan finish(SlotOrder order = SlotOrder::kByRow);
-  /// fast_plan_us() of the plan finish() would return (either mode; see items_cost_us for
-  /// prune_above).
+  /// fast_plan_us() of the plan a kPlan builder would finish() with the same calls (kCostOnly
+  /// mode only; see items_cost_us for prune_above).
   double cost_us(const DeviceInfo& dev,
                  double prune_above = std::numeric_limits<double>::infinity());
 
  private:
+  /// Cost-only emit_group over a chain of `total` tokens (kv_parts already clamped to [1, total]).
+  void emit_chunks_cost(const int32_t* queries, int32_t num_queries, int64_t total, int32_t cap,
+                        int32_t kv_parts, TileClass min_tile);
+  /// Tile class of an item of `rows` queries (throws past 128 packed rows).
+  TileClass tile_for(int32_t rows) const {
+    const int32_t packed = rows * group_;
+    if (packed >= 1 && packed <= 16) return TileClass::kM16;
+    if (packed > 16 && packed <= 64) return TileClass::kM64;
+    return tile_class_for_rows(packed);
+  }
   /// Rows per query over the whole plan.
   void count_rows(std::vector<int32_t>* count) const;
-  size_t num_rows() const { return cost_only_ ? row_query_.size() : plan_.rows.size(); }
 
   const PrefixTree& tree_;
   Plan plan_;
@@ -160,11 +180,18 @@ class PlanBuilder {
   int32_t group_ = 1;
   std::vector<int32_t> node_page_base_;
   std::vector<uint64_t> item_masks_;  // masks of the open item, one per range
+  std::vector<Seg> segs_;             // emit_chain
   bool item_masked_ = false;
-  std::vector<int32_t> row_query_;      // kCostOnly: the rows' queries (plan_.rows stays empty)
-  std::vector<int32_t> count_scratch_;  // cost_us()
-  std::vector<char> partial_scratch_;
-  std::vector<CostItem> cost_scratch_;
+  // kCostOnly: items as CostItems; their rows in blocks of row_query_ (emit_group stores a chunk's
+  // rows once for all its KV pieces: `copies` items share the block).
+  struct RowBlock {
+    int32_t begin = 0, size = 0, copies = 1;
+    int32_t partial = 0;  ///< rows whose query writes partials (cost_us)
+  };
+  std::vector<int32_t> row_query_;
+  std::vector<RowBlock> blocks_;
+  std::vector<CostItem> cost_items_;
+  std::vector<int32_t> count_scratch_;
 };
 
 }  // namespace treeattn::planners

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "../tree/tree_internal.h"
 #include "treeattn/common/error.h"
 
 namespace treeattn::planners {
@@ -12,43 +13,24 @@ PlanIndex build_plan_index(const PrefixTree& tree) {
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
   const int32_t nq = tree.num_queries();
   PlanIndex ix;
-  // Children (CSR, index order) and roots.
-  ix.child_ptr.assign(n + 1, 0);
   std::vector<int32_t> roots;
-  for (int32_t i = 0; i < n; ++i) {
-    const TreeNode& nd = tree.nodes[i];
-    if (!nd.alive) continue;
-    if (nd.parent == kNoParent) {
-      roots.push_back(i);
-    } else {
-      ++ix.child_ptr[nd.parent + 1];
-    }
-  }
-  for (int32_t i = 0; i < n; ++i) ix.child_ptr[i + 1] += ix.child_ptr[i];
-  ix.child_ids.resize(ix.child_ptr[n]);
-  std::vector<int32_t> fill(ix.child_ptr.begin(), ix.child_ptr.end() - 1);
-  for (int32_t i = 0; i < n; ++i) {
-    const TreeNode& nd = tree.nodes[i];
-    if (nd.alive && nd.parent != kNoParent) ix.child_ids[fill[nd.parent]++] = i;
-  }
-  // Preorder, children in index order (an explicit stack: deep chains cannot overflow).
-  ix.preorder.reserve(n);
-  std::vector<int32_t> stack(roots.rbegin(), roots.rend());
-  while (!stack.empty()) {
-    const int32_t v = stack.back();
-    stack.pop_back();
-    ix.preorder.push_back(v);
-    for (int32_t k = ix.child_ptr[v + 1] - 1; k >= ix.child_ptr[v]; --k)
-      stack.push_back(ix.child_ids[k]);
-  }
+  detail::children_csr(tree, &ix.child_ptr, &ix.child_ids, &roots);
+  ix.preorder = detail::preorder_csr(ix.child_ptr, ix.child_ids, roots);
   // Queries below each node: own counts summed bottom-up, then each query walks up its path.
-  ix.below_ptr.assign(n + 1, 0);
-  for (int32_t q = 0; q < nq; ++q) ++ix.below_ptr[tree.query_node[q] + 1];
+  ix.own_ptr.assign(n + 1, 0);
+  for (int32_t q = 0; q < nq; ++q) ++ix.own_ptr[tree.query_node[q] + 1];
+  ix.below_ptr = ix.own_ptr;
   for (auto it = ix.preorder.rbegin(); it != ix.preorder.rend(); ++it) {
     const int32_t p = tree.nodes[*it].parent;
     if (p != kNoParent) ix.below_ptr[p + 1] += ix.below_ptr[*it + 1];
   }
-  for (int32_t i = 0; i < n; ++i) ix.below_ptr[i + 1] += ix.below_ptr[i];
+  for (int32_t i = 0; i < n; ++i) {
+    ix.below_ptr[i + 1] += ix.below_ptr[i];
+    ix.own_ptr[i + 1] += ix.own_ptr[i];
+  }
+  ix.own_ids.resize(nq);
+  std::vector<int32_t> fill(ix.own_ptr.begin(), ix.own_ptr.end() - 1);
+  for (int32_t q = 0; q < nq; ++q) ix.own_ids[fill[tree.query_node[q]]++] = q;
   ix.below_ids.resize(ix.below_ptr[n]);
   fill.assign(ix.below_ptr.begin(), ix.below_ptr.end() - 1);
   for (int32_t q = 0; q < nq; ++q)
@@ -82,14 +64,6 @@ ChainGroups chain_groups(const PrefixTree& tree, const PlanIndex& index,
   const int32_t nq = tree.num_queries();
   std::vector<int32_t> top(n, -1);
   std::vector<int64_t> len(n, 0);
-  // Own queries of each node (CSR, query order).
-  std::vector<int32_t> own_begin(n + 1, 0), own(nq);
-  for (int32_t q = 0; q < nq; ++q) ++own_begin[tree.query_node[q] + 1];
-  for (int32_t v = 0; v < n; ++v) own_begin[v + 1] += own_begin[v];
-  {
-    std::vector<int32_t> fill(own_begin.begin(), own_begin.end() - 1);
-    for (int32_t q = 0; q < nq; ++q) own[fill[tree.query_node[q]]++] = q;
-  }
   out.queries.reserve(static_cast<size_t>(nq) * 2);
   out.groups.reserve(index.preorder.size());
   for (const int32_t v : index.preorder) {
@@ -103,8 +77,8 @@ ChainGroups chain_groups(const PrefixTree& tree, const PlanIndex& index,
     g.top = top[v];
     g.len = len[v];
     g.q_begin = static_cast<int32_t>(out.queries.size());
-    out.queries.insert(out.queries.end(), own.begin() + own_begin[v],
-                       own.begin() + own_begin[v + 1]);
+    const IdSpan own = index.own_queries(v);
+    out.queries.insert(out.queries.end(), own.begin(), own.end());
     for (const int32_t c : index.children(v))
       if (!merged[c]) {
         const IdSpan below = index.queries_below(c);
@@ -114,15 +88,6 @@ ChainGroups chain_groups(const PrefixTree& tree, const PlanIndex& index,
     if (g.q_end > g.q_begin) out.groups.push_back(g);
   }
   return out;
-}
-
-void chain_segs(const PrefixTree& tree, const ChainGroups::Group& g, std::vector<Seg>* out) {
-  const size_t first = out->size();
-  for (int32_t v = g.node;; v = tree.nodes[v].parent) {
-    out->push_back(Seg{v, 0, tree.nodes[v].tokens});
-    if (v == g.top) break;
-  }
-  std::reverse(out->begin() + first, out->end());
 }
 
 }  // namespace treeattn::planners

@@ -31,9 +31,13 @@ struct IdSpan {
 /// children in index order, queries_below in query order.
 struct PlanIndex {
   std::vector<int32_t> preorder;  ///< live nodes, parents before children
-  std::vector<int32_t> child_ptr, child_ids, below_ptr, below_ids;
+  std::vector<int32_t> child_ptr, child_ids, below_ptr, below_ids, own_ptr, own_ids;
   IdSpan children(int32_t v) const {
     return {child_ids.data() + child_ptr[v], child_ids.data() + child_ptr[v + 1]};
+  }
+  /// Queries attached to node v itself, in query order.
+  IdSpan own_queries(int32_t v) const {
+    return {own_ids.data() + own_ptr[v], own_ids.data() + own_ptr[v + 1]};
   }
   /// Queries whose path contains node v.
   IdSpan queries_below(int32_t v) const {
@@ -70,8 +74,6 @@ struct ChainGroups {
 };
 ChainGroups chain_groups(const PrefixTree& tree, const PlanIndex& index,
                          const std::vector<char>& merged);
-/// The chain top .. node of a group as slices, root first (appended to `out`).
-void chain_segs(const PrefixTree& tree, const ChainGroups::Group& g, std::vector<Seg>* out);
 
 /// estimate_plan_us() computed faster for planners that score many candidate plans: the same
 /// documented model (cost_model.h / cost_model.cc), via items_cost_us (plan_builder.h). A test

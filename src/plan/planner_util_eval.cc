@@ -4,7 +4,7 @@
 // estimate_plan_us() (cost_model.cc).
 #include <algorithm>
 #include <functional>
-#include <queue>
+#include <utility>
 #include <vector>
 
 #include "planner_util.h"
@@ -20,27 +20,74 @@ CtaCost::CtaCost(const DeviceInfo& dev, const PlanShape& shape)
                   static_cast<double>(device_slots(dev))),
       overhead_(dev.item_overhead_us) {}
 
+namespace {
+
+/// LPT makespan of `runs` (CTA time, how many CTAs) over `slots` identical slots: longest first
+/// onto the least-loaded slot. A min-heap of slot loads; once every slot is busy each CTA replaces
+/// the top and sifts it down.
+double lpt_makespan(std::vector<std::pair<double, int64_t>>* runs, int64_t slots) {
+  std::sort(runs->begin(), runs->end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  thread_local std::vector<double> heap;
+  heap.clear();
+  double makespan = 0;
+  const auto greater = std::greater<double>();
+  for (const auto& [us, n] : *runs) {
+    for (int64_t k = 0; k < n; ++k) {
+      if (static_cast<int64_t>(heap.size()) < slots) {
+        heap.push_back(us);
+        std::push_heap(heap.begin(), heap.end(), greater);
+        makespan = std::max(makespan, us);
+        continue;
+      }
+      const double end = heap[0] + us;
+      makespan = std::max(makespan, end);
+      // Replace the least-loaded slot's load by `end` and restore the min-heap.
+      const size_t size = heap.size();
+      size_t i = 0;
+      for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= size) break;
+        if (c + 1 < size && heap[c + 1] < heap[c]) ++c;
+        if (!(heap[c] < end)) break;
+        heap[i] = heap[c];
+        i = c;
+      }
+      heap[i] = end;
+    }
+  }
+  return makespan;
+}
+
+}  // namespace
+
 double items_cost_us(const DeviceInfo& dev, const PlanShape& s, const CostItem* items,
                      size_t num_items, int64_t num_slots, int64_t merged_queries,
                      double prune_above) {
   const int64_t kv_heads = s.num_kv_heads;
   const int64_t nslots = device_slots(dev);
   const CtaCost cost(dev, s);
-  thread_local std::vector<double> cta_us;
-  cta_us.resize(num_items);
+  thread_local std::vector<std::pair<double, int64_t>> runs;  // (CTA us, items)
+  runs.clear();
   // Totals of integer-valued doubles (exact below 2^53), so they do not depend on item order.
   double total_bytes = 0, total_flops = 0, sum_us = 0, max_us = 0;
   bool used_class[kNumTileClasses] = {false, false, false};
+  const CostItem* prev = nullptr;
+  double bytes = 0, flops = 0, us = 0;
   for (size_t i = 0; i < num_items; ++i) {
     const CostItem& it = items[i];
-    double bytes, flops, us;
-    cost.eval(it.rows, it.partial_rows, it.kv_tokens, it.tile, &bytes, &flops, &us);
-    cta_us[i] = us;
-    sum_us += us;
-    max_us = std::max(max_us, us);
-    total_bytes += bytes * kv_heads;
-    total_flops += flops * kv_heads;
-    used_class[static_cast<int>(it.tile)] = true;
+    if (prev == nullptr || it.rows != prev->rows || it.partial_rows != prev->partial_rows ||
+        it.kv_tokens != prev->kv_tokens || it.tile != prev->tile) {
+      cost.eval(it.rows, it.partial_rows, it.kv_tokens, it.tile, &bytes, &flops, &us);
+      runs.emplace_back(us, 0);
+      used_class[static_cast<int>(it.tile)] = true;
+      max_us = std::max(max_us, us);
+      prev = &it;
+    }
+    runs.back().second += it.count;
+    sum_us += us * it.count;
+    total_bytes += bytes * kv_heads * it.count;
+    total_flops += flops * kv_heads * it.count;
   }
   const double bw = dev.hbm_read_GBps * 1e3;
   const double rate = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency;
@@ -62,23 +109,12 @@ double items_cost_us(const DeviceInfo& dev, const PlanShape& s, const CostItem* 
                        fixed;
   if (bound > prune_above * (1 + 1e-9)) return bound;
 
-  std::sort(cta_us.begin(), cta_us.end(), std::greater<double>());
+  // With kv_heads dividing the slots, the kv_heads copies of every item land on identical slot
+  // groups: LPT over slots / kv_heads groups, one copy each, is exact.
   const bool grouped = nslots % kv_heads == 0;
-  const int64_t slots = grouped ? nslots / kv_heads : nslots;
-  const int64_t copies = grouped ? 1 : kv_heads;
-  std::priority_queue<double, std::vector<double>, std::greater<double>> heap;
-  double makespan = 0;
-  for (const double us : cta_us) {
-    for (int64_t h = 0; h < copies; ++h) {
-      double start = 0;
-      if (static_cast<int64_t>(heap.size()) == slots) {
-        start = heap.top();
-        heap.pop();
-      }
-      heap.push(start + us);
-      makespan = std::max(makespan, start + us);
-    }
-  }
+  if (!grouped)
+    for (auto& run : runs) run.second *= kv_heads;
+  double makespan = lpt_makespan(&runs, grouped ? nslots / kv_heads : nslots);
   makespan = std::max({makespan, total_bytes / bw, total_flops / rate});
   return makespan + merge_us + launches * dev.launch_overhead_us;
 }

@@ -127,38 +127,44 @@ void validate(const PrefixTree& tree) {
 
 namespace detail {
 
-std::vector<int32_t> preorder_of(const PrefixTree& tree) {
+void children_csr(const PrefixTree& tree, std::vector<int32_t>* ptr, std::vector<int32_t>* ids,
+                  std::vector<int32_t>* roots) {
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
-  // Children in index order via counting sort (CSR).
-  std::vector<int32_t> first(n + 1, 0), child(n);
-  std::vector<int32_t> roots;
+  ptr->assign(n + 1, 0);
+  roots->clear();
+  const auto has_parent = [&](const TreeNode& nd) {
+    return nd.alive && nd.parent != kNoParent && nd.parent >= 0 && nd.parent < n;
+  };
   for (int32_t i = 0; i < n; ++i) {
     const TreeNode& nd = tree.nodes[i];
-    if (!nd.alive) continue;
-    if (nd.parent == kNoParent) {
-      roots.push_back(i);
-    } else if (nd.parent >= 0 && nd.parent < n) {
-      ++first[nd.parent + 1];
-    }
+    if (nd.alive && nd.parent == kNoParent) roots->push_back(i);
+    if (has_parent(nd)) ++(*ptr)[nd.parent + 1];
   }
-  for (int32_t i = 0; i < n; ++i) first[i + 1] += first[i];
-  std::vector<int32_t> fill(first.begin(), first.end() - 1);
-  for (int32_t i = 0; i < n; ++i) {
-    const TreeNode& nd = tree.nodes[i];
-    if (nd.alive && nd.parent != kNoParent && nd.parent >= 0 && nd.parent < n)
-      child[fill[nd.parent]++] = i;
-  }
+  for (int32_t i = 0; i < n; ++i) (*ptr)[i + 1] += (*ptr)[i];
+  ids->resize((*ptr)[n]);
+  std::vector<int32_t> fill(ptr->begin(), ptr->end() - 1);
+  for (int32_t i = 0; i < n; ++i)
+    if (has_parent(tree.nodes[i])) (*ids)[fill[tree.nodes[i].parent]++] = i;
+}
+
+std::vector<int32_t> preorder_csr(const std::vector<int32_t>& ptr, const std::vector<int32_t>& ids,
+                                  const std::vector<int32_t>& roots) {
   std::vector<int32_t> order;
-  order.reserve(n);
-  std::vector<int32_t> stack;
-  for (auto r = roots.rbegin(); r != roots.rend(); ++r) stack.push_back(*r);
+  order.reserve(ptr.size() - 1);
+  std::vector<int32_t> stack(roots.rbegin(), roots.rend());
   while (!stack.empty()) {
     const int32_t v = stack.back();
     stack.pop_back();
     order.push_back(v);
-    for (int32_t k = first[v + 1] - 1; k >= first[v]; --k) stack.push_back(child[k]);
+    for (int32_t k = ptr[v + 1] - 1; k >= ptr[v]; --k) stack.push_back(ids[k]);
   }
   return order;
+}
+
+std::vector<int32_t> preorder_of(const PrefixTree& tree) {
+  std::vector<int32_t> ptr, ids, roots;
+  children_csr(tree, &ptr, &ids, &roots);
+  return preorder_csr(ptr, ids, roots);
 }
 
 PrefixTree assemble_tree(const std::vector<int32_t>& parents, const std::vector<int32_t>& tokens,

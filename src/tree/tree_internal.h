@@ -26,6 +26,13 @@ PrefixTree assemble_tree(const std::vector<int32_t>& parents, const std::vector<
                          const std::vector<int32_t>& query_nodes, int32_t page_size,
                          PageLayout layout, uint64_t seed, int32_t spare_pages = 0);
 
+/// Children of every live node, in index order, as CSR (ptr: nodes + 1 entries, ids), and the
+/// live roots in index order; nodes whose parent index is out of range are left out.
+void children_csr(const PrefixTree& tree, std::vector<int32_t>* ptr, std::vector<int32_t>* ids,
+                  std::vector<int32_t>* roots);
+/// Preorder over a children CSR from `roots` (explicit stack: deep chains cannot overflow).
+std::vector<int32_t> preorder_csr(const std::vector<int32_t>& ptr, const std::vector<int32_t>& ids,
+                                  const std::vector<int32_t>& roots);
 /// Live nodes in preorder (children in index order), iteratively; nodes on a cycle are skipped.
 std::vector<int32_t> preorder_of(const PrefixTree& tree);
 

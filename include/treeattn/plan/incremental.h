@@ -6,7 +6,9 @@
 // last range grows by one token and its item's kv_tokens by one; when the leaf needs a new page it
 // is taken from the tree's free-page pool exactly as PrefixTree::append_tokens does, and the leaf's
 // page list in plan.page_ids is extended in place (when it is last) or moved to the end (the old
-// copy becomes unused; page_ids is compacted once more than half of it is unused). The
+// copy becomes unused; page_ids is compacted once more than half of it is unused). A moved list
+// gets room to grow (padding that repeats its last page and no range reads), so each page is
+// copied O(1) times amortised. The
 // plan then covers the grown tree exactly like a rebuild by the same planner (same coverage, same
 // outputs); its items are those of the plan before the step, so splits and groups chosen for the
 // older lengths stay until the next full replan (set replan_every to bound that drift).
@@ -60,6 +62,7 @@ class IncrementalPlanner {
   std::vector<int32_t> tail_range_;       ///< per query: range holding its leaf's last token
   std::vector<int32_t> range_item_;       ///< per range: its item
   std::vector<int32_t> node_base_;        ///< per node: start of its pages in plan.page_ids, -1
+  std::vector<int32_t> node_cap_;         ///< per node: page_ids slots reserved at node_base_
   std::vector<int32_t> node_ranges_ptr_;  ///< CSR: ranges of each node
   std::vector<int32_t> node_ranges_;
   bool all_nodes_known_ = false;  ///< node_base_ known for every node with ranges
