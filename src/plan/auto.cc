@@ -37,7 +37,8 @@ class AutoPlanner {
         shape_(plan_shape(tree, opts)),
         cap_(max_queries_per_item(opts, false)),
         group_(shape_.group()),
-        cta_(opts.device, shape_) {}
+        wide_(model_uses_wide_m16(opts.device,
+                                  static_cast<int64_t>(tree.num_queries()) * opts.num_kv_heads)) {}
 
   /// Time of s queries over L tokens: CTA-us of its chunks x kv_heads / slots.
   double T(int64_t s, int64_t L) const {
@@ -53,8 +54,15 @@ class AutoPlanner {
     const int32_t n = static_cast<int32_t>(tree_.nodes.size());
     std::vector<int64_t> chain(n, 0);
     std::vector<char> merged(n, 0);
+    // Keeping c apart gives each of its queries one more partial slot: its bytes in the merge
+    // pass, and one more step of the merge CTAs' serial chain averaged over the queries.
+    const int64_t passes =
+        (static_cast<int64_t>(shape_.num_qo_heads) * shape_.head_dim / 8 + 127) / 128;
     const double merge_read_us = static_cast<double>(shape_.num_qo_heads) *
-                                 (shape_.head_dim * 4.0 + 4.0) / (opts_.device.hbm_read_GBps * 1e3);
+                                     (shape_.head_dim * 4.0 + 4.0) /
+                                     (opts_.device.hbm_read_GBps * 1e3) +
+                                 static_cast<double>(passes) * opts_.device.merge_slot_us /
+                                     std::max<int64_t>(1, tree_.num_queries());
     for (const int32_t u : index_.preorder) {
       int64_t rest = static_cast<int64_t>(index_.queries_below(u).size());
       if (rest == 0) continue;
@@ -150,7 +158,10 @@ class AutoPlanner {
     if (m.rows == rows && m.kv == kv) return m.us;
     m.rows = rows;
     m.kv = kv;
-    m.us = cta_.us(rows, rows, kv, tile_class_for_rows(static_cast<int32_t>(rows * group_)));
+    const TileClass tile = tile_class_for_rows(static_cast<int32_t>(rows * group_));
+    m.us = estimate_cta(opts_.device, shape_, tile, wide_ && tile == TileClass::kM16, rows * group_,
+                        rows * group_, kv)
+               .us;
     return m.us;
   }
 
@@ -168,7 +179,7 @@ class AutoPlanner {
   const PlanOptions& opts_;
   PlanShape shape_;
   int32_t cap_, group_;
-  CtaCost cta_;
+  bool wide_;  ///< the grouping pass assumes the kM16 variant of one item per query
   struct Memo {
     int64_t rows = -1, kv = -1;
     double us = 0;

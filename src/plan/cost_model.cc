@@ -1,26 +1,34 @@
-// Analytic cost model shared by the planners and the statistics.
+// Analytic cost model shared by the planners and the statistics (docs/cost_model.md).
 //
 // One CTA = one (work item, KV head). Its time is
-//   item_overhead_us + max(bytes / slot_bandwidth, flops / slot_flop_rate)
-// where a CTA slot is one of the ctas_per_sm resident CTAs of an SM and gets 1/ctas_per_sm of
-// that SM's share (1/num_sms) of the HBM bandwidth and of the tensor-core rate (tc_TFLOPs x
-// mma_efficiency). Bytes: K and V of its tokens, Q of its packed rows, and either the fp16/bf16
-// output or the fp32 partial (output + LSE) of each packed row. FLOPs: QK^T and PV, 2 x 2 x rows x
-// tokens x head_dim, with the rows the MMA really issues (kM16 always issues 16 rows; kM64/kM128
-// issue ceil(rows / 16) x 16 because warps without rows skip) and tokens rounded up to the KV
-// tile of 64.
+//   item_overhead_us + max(bytes / slot_bandwidth, flops / slot_flop_rate, tiles x tile_latency)
+// where a CTA slot is one of the resident CTAs of an SM (ctas_per_sm; wide_ctas_per_sm when the
+// plan's kM16 launch runs the wide variant; fewer when the plan has fewer CTAs than slots: CTAs
+// are spread over the SMs first) and gets its share of the HBM bandwidth and of the tensor-core
+// rate (tc_TFLOPs x mma_efficiency). Bytes: K and V of its tokens, Q of its packed
+// rows, and either the fp16/bf16 output or the fp32 partial (output + LSE) of each packed row.
+// FLOPs: QK^T and PV, 2 x 2 x rows x tokens x head_dim, with the rows the MMA really issues (kM16
+// always issues 16 rows; kM64/kM128 issue ceil(rows / 16) x 16 because warps without rows skip)
+// and tokens rounded up to 64. The latency floor: one CTA cannot stream its KV faster than one
+// kernel tile per tile_latency (per 64 tokens for kM16-deep and kM64, tile_latency_m128_us for
+// kM128, per 32 tokens for wide kM16: the chain of cp.async waits, MMAs and softmax of a tile,
+// measured on the H100 as ~1.3 us per 64-token kM128 tile however few CTAs share an SM).
+// Which kM16 variant runs is the kernel's host rule (src/cuda/decode_params.h, use_wide_m16):
+// wide when the plan has more than wide_m16_ctas_per_sm x num_sms kM16 CTAs.
 //
-// A plan's time: LPT (longest CTA first onto the least-loaded slot, min-heap) over
-// num_sms x ctas_per_sm slots gives the makespan; it is raised to the global bound
-// max(total bytes / HBM bandwidth, total FLOPs / tensor-core rate); then launch_overhead_us per
-// launch (one per non-empty tile class, plus one merge launch when there are partial slots) and
-// the merge pass (partials read, merged outputs written, at full HBM bandwidth) are added.
-// Deterministic, O(C log C) in the number of CTAs C.
+// A plan's time: LPT (longest CTA first onto the least-loaded slot) over num_sms x slots-per-SM
+// gives the makespan, raised to the global bound max(total bytes / HBM bandwidth, total FLOPs /
+// tensor-core rate); then launch_overhead_us per attention launch (one per non-empty tile class)
+// and, when there are partial slots, merge_launch_us plus the merge pass: the larger of its bytes
+// (partials read, merged outputs written) at full HBM bandwidth and the serial chain of one merge
+// CTA (the mean merge-list length x passes x merge_slot_us). The DeviceInfo defaults (no latency
+// floor, merge launch = launch overhead) give the original uncalibrated model. Deterministic, O(C
+// log C) in CTAs.
 #include "treeattn/plan/cost_model.h"
 
 #include <algorithm>
 #include <functional>
-#include <queue>
+#include <utility>
 #include <vector>
 
 #include "treeattn/common/error.h"
@@ -28,96 +36,199 @@
 namespace treeattn {
 namespace {
 
-/// Rows the MMA issues for `packed_rows` real rows in tile class `tile`.
-int64_t issued_rows(TileClass tile, int64_t packed_rows) {
-  if (tile == TileClass::kM16) return 16;
-  return std::max<int64_t>(16, (packed_rows + 15) / 16 * 16);
-}
-
-/// Cost with `partial_rows` of the packed rows writing fp32 partials (the rest write outputs).
-ItemCost item_cost(const DeviceInfo& dev, const PlanShape& shape, TileClass tile,
-                   int64_t packed_rows, int64_t kv_tokens, int64_t partial_rows) {
-  const double D = shape.head_dim, dt = shape.dtype_bytes;
-  ItemCost c;
-  c.bytes = static_cast<double>(kv_tokens) * D * 2.0 * dt + packed_rows * D * dt +
-            partial_rows * (D * 4.0 + 4.0) + (packed_rows - partial_rows) * D * dt;
-  const double kv_padded = static_cast<double>((kv_tokens + 63) / 64 * 64);
-  c.flops = 4.0 * static_cast<double>(issued_rows(tile, packed_rows)) * kv_padded * D;
-  const double slots = static_cast<double>(dev.num_sms) * dev.ctas_per_sm;
-  const double slot_bw = dev.hbm_read_GBps * 1e3 / slots;                      // bytes per us
-  const double slot_flops = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency / slots;  // FLOPs per us
-  c.us = dev.item_overhead_us + std::max(c.bytes / slot_bw, c.flops / slot_flops);
-  return c;
-}
-
 void check_device(const DeviceInfo& dev) {
   TA_CHECK_ARG(dev.num_sms >= 1 && dev.ctas_per_sm >= 1 && dev.hbm_read_GBps > 0 &&
-                   dev.tc_TFLOPs > 0 && dev.mma_efficiency > 0,
+                   dev.tc_TFLOPs > 0 && dev.mma_efficiency > 0 && dev.wide_ctas_per_sm >= 0,
                "device", "non-positive SM count, CTAs per SM, bandwidth or tensor-core rate");
+}
+
+int64_t slots_per_sm(const DeviceInfo& dev, bool wide) {
+  return wide && dev.wide_ctas_per_sm > 0 ? dev.wide_ctas_per_sm : dev.ctas_per_sm;
+}
+
+/// Per-CTA constants of one (device, shape, kM16 variant).
+struct CtaModel {
+  /// `ctas`: CTAs of the whole plan; fewer than the slots share each SM among fewer CTAs.
+  CtaModel(const DeviceInfo& dev, const PlanShape& s, bool wide_m16, int64_t ctas)
+      : D(s.head_dim), dt(s.dtype_bytes), wide(wide_m16) {
+    const int64_t per_sm = std::max<int64_t>(
+        1, std::min<int64_t>(slots_per_sm(dev, wide_m16), (ctas + dev.num_sms - 1) / dev.num_sms));
+    const double slots = static_cast<double>(dev.num_sms) * static_cast<double>(per_sm);
+    slot_bw = dev.hbm_read_GBps * 1e3 / slots;                      // bytes per us
+    slot_flops = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency / slots;  // FLOPs per us
+    overhead = dev.item_overhead_us;
+    // Kernel KV tile (tokens) per class and its latency floor: 64-token tiles (32 for head_dim
+    // 256, the floor scaled by the tile's size), wide kM16 32-token tiles.
+    const int64_t big = s.head_dim == 256 ? 32 : 64;
+    const double scale = static_cast<double>(big) / 64.0;
+    tile_tokens[0] = wide ? 32 : big;
+    tile_lat[0] = wide ? dev.tile_latency_wide_us : dev.tile_latency_us * scale;
+    tile_tokens[1] = big;
+    tile_lat[1] = dev.tile_latency_us * scale;
+    tile_tokens[2] = big;
+    tile_lat[2] = dev.tile_latency_m128_us * scale;
+  }
+  ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv) const {
+    ItemCost c;
+    c.bytes = static_cast<double>(kv) * D * 2.0 * dt + packed * D * dt + partial * (D * 4.0 + 4.0) +
+              (packed - partial) * D * dt;
+    const int64_t issued =
+        tile == TileClass::kM16 ? 16 : std::max<int64_t>(16, (packed + 15) / 16 * 16);
+    c.flops = 4.0 * static_cast<double>(issued) * static_cast<double>((kv + 63) / 64 * 64) * D;
+    const int k = static_cast<int>(tile);
+    const double lat =
+        static_cast<double>((kv + tile_tokens[k] - 1) / tile_tokens[k]) * tile_lat[k];
+    c.us = overhead + std::max({c.bytes / slot_bw, c.flops / slot_flops, lat});
+    return c;
+  }
+  double D, dt;
+  bool wide;
+  double slot_bw = 0, slot_flops = 0, overhead = 0;
+  int64_t tile_tokens[kNumTileClasses] = {64, 64, 64};
+  double tile_lat[kNumTileClasses] = {0, 0, 0};
+};
+
+/// LPT makespan of `runs` (CTA time, how many CTAs) over `slots` identical slots.
+double lpt_makespan(std::vector<std::pair<double, int64_t>>* runs, int64_t slots) {
+  std::sort(runs->begin(), runs->end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  thread_local std::vector<double> heap;
+  heap.clear();
+  double makespan = 0;
+  const auto greater = std::greater<double>();
+  for (const auto& [us, n] : *runs) {
+    for (int64_t k = 0; k < n; ++k) {
+      if (static_cast<int64_t>(heap.size()) < slots) {
+        heap.push_back(us);
+        std::push_heap(heap.begin(), heap.end(), greater);
+        makespan = std::max(makespan, us);
+        continue;
+      }
+      const double end = heap[0] + us;
+      makespan = std::max(makespan, end);
+      // Replace the least-loaded slot's load by `end` and restore the min-heap.
+      const size_t size = heap.size();
+      size_t i = 0;
+      for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= size) break;
+        if (c + 1 < size && heap[c + 1] < heap[c]) ++c;
+        if (!(heap[c] < end)) break;
+        heap[i] = heap[c];
+        i = c;
+      }
+      heap[i] = end;
+    }
+  }
+  return makespan;
 }
 
 }  // namespace
 
+bool model_uses_wide_m16(const DeviceInfo& dev, int64_t m16_ctas) {
+  return m16_ctas > static_cast<int64_t>(dev.wide_m16_ctas_per_sm) * dev.num_sms;
+}
+
+ItemCost estimate_cta(const DeviceInfo& dev, const PlanShape& shape, TileClass tile, bool wide,
+                      int64_t packed_rows, int64_t partial_packed_rows, int64_t kv_tokens) {
+  check_device(dev);
+  const int64_t full = static_cast<int64_t>(dev.num_sms) * slots_per_sm(dev, wide);
+  return CtaModel(dev, shape, wide, full)(tile, packed_rows, partial_packed_rows, kv_tokens);
+}
+
 ItemCost estimate_item(const DeviceInfo& dev, const PlanShape& shape, TileClass tile,
                        int32_t packed_rows, int64_t kv_tokens, bool writes_partial) {
+  // A lone item: the kM16 variant for few CTAs (deep).
+  return estimate_cta(dev, shape, tile, false, packed_rows, writes_partial ? packed_rows : 0,
+                      kv_tokens);
+}
+
+double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSummary* items,
+                         size_t num_items, int64_t num_slots, int64_t merged_queries,
+                         double prune_above) {
   check_device(dev);
-  return item_cost(dev, shape, tile, packed_rows, kv_tokens, writes_partial ? packed_rows : 0);
+  const int64_t kv_heads = s.num_kv_heads;
+  const int64_t group = s.group();
+  int64_t m16_items = 0;
+  for (size_t i = 0; i < num_items; ++i)
+    if (items[i].tile == TileClass::kM16) m16_items += items[i].count;
+  const bool wide = model_uses_wide_m16(dev, m16_items * kv_heads);
+  int64_t all_items = 0;
+  for (size_t i = 0; i < num_items; ++i) all_items += std::max<int64_t>(0, items[i].count);
+  const CtaModel model(dev, s, wide, all_items * kv_heads);
+  const int64_t nslots = std::max<int64_t>(1, dev.num_sms * slots_per_sm(dev, wide));
+
+  thread_local std::vector<std::pair<double, int64_t>> runs;  // (CTA us, items)
+  runs.clear();
+  // Totals of integer-valued doubles (exact below 2^53), so they do not depend on item order.
+  double total_bytes = 0, total_flops = 0, sum_us = 0, max_us = 0;
+  bool used_class[kNumTileClasses] = {false, false, false};
+  const ItemSummary* prev = nullptr;
+  ItemCost c;
+  for (size_t i = 0; i < num_items; ++i) {
+    const ItemSummary& it = items[i];
+    if (it.count <= 0) continue;
+    if (prev == nullptr || it.rows != prev->rows || it.partial_rows != prev->partial_rows ||
+        it.kv_tokens != prev->kv_tokens || it.tile != prev->tile) {
+      c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens);
+      runs.emplace_back(c.us, 0);
+      used_class[static_cast<int>(it.tile)] = true;
+      max_us = std::max(max_us, c.us);
+      prev = &it;
+    }
+    runs.back().second += it.count;
+    sum_us += c.us * static_cast<double>(it.count);
+    total_bytes += c.bytes * static_cast<double>(kv_heads * it.count);
+    total_flops += c.flops * static_cast<double>(kv_heads * it.count);
+  }
+  const double bw = dev.hbm_read_GBps * 1e3;                     // bytes per us
+  const double rate = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency;  // FLOPs per us
+  double fixed = 0;
+  for (bool u : used_class) fixed += u ? dev.launch_overhead_us : 0.0;
+  if (num_slots > 0) {
+    const double bytes =
+        static_cast<double>(num_slots) * s.num_qo_heads * (s.head_dim * 4.0 + 4.0) +
+        static_cast<double>(merged_queries) * s.num_qo_heads * s.head_dim * s.dtype_bytes;
+    // One merge CTA per query folds its slots serially (two dependent loads per slot), in
+    // ceil(qo_heads x head_dim / 8 / 128) passes of its 128 threads: the average merge list
+    // sets the chain when the slot latency outweighs the bytes.
+    const int64_t passes = (static_cast<int64_t>(s.num_qo_heads) * s.head_dim / 8 + 127) / 128;
+    const double chain = merged_queries > 0 ? static_cast<double>(num_slots) / merged_queries *
+                                                  static_cast<double>(passes) * dev.merge_slot_us
+                                            : 0.0;
+    fixed += dev.merge_launch_us + std::max(bytes / bw, chain);
+  }
+  // LPT makespan >= max(longest CTA, total CTA time / slots): skip the LPT when even that bound
+  // cannot beat prune_above.
+  const double global = std::max(total_bytes / bw, total_flops / rate);
+  const double bound =
+      std::max({max_us, sum_us * static_cast<double>(kv_heads) / nslots, global}) + fixed;
+  if (bound > prune_above * (1 + 1e-9)) return bound;
+  // With kv_heads dividing the slots, the kv_heads copies of every item land on identical slot
+  // groups: LPT over slots / kv_heads groups, one copy each, is exact.
+  const bool grouped = nslots % kv_heads == 0;
+  if (!grouped)
+    for (auto& run : runs) run.second *= kv_heads;
+  const double makespan = lpt_makespan(&runs, grouped ? nslots / kv_heads : nslots);
+  return std::max(makespan, global) + fixed;
 }
 
 double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
   check_device(dev);
-  const PlanShape& s = plan.shape;
-  const int64_t group = s.group();
-  const int64_t kv_heads = s.num_kv_heads;
-  std::vector<double> cta_us;
-  cta_us.reserve(plan.items.size());
-  double total_bytes = 0, total_flops = 0;
-  bool used_class[kNumTileClasses] = {false, false, false};
-  for (const WorkItem& it : plan.items) {
-    int64_t partial = 0;
+  std::vector<ItemSummary> items(plan.items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const WorkItem& it = plan.items[i];
+    items[i].rows = it.num_rows;
+    items[i].kv_tokens = it.kv_tokens;
+    items[i].tile = it.tile;
     for (int32_t r = 0; r < it.num_rows; ++r)
-      partial += plan.rows[it.row_begin + r].slot != kFinalOutput;
-    const ItemCost c =
-        item_cost(dev, s, it.tile, it.num_rows * group, it.kv_tokens, partial * group);
-    cta_us.push_back(c.us);
-    total_bytes += c.bytes * kv_heads;
-    total_flops += c.flops * kv_heads;
-    used_class[static_cast<int>(it.tile)] = true;
+      items[i].partial_rows += plan.rows[it.row_begin + r].slot != kFinalOutput;
   }
-  // LPT: every item contributes kv_heads identical CTAs.
-  std::sort(cta_us.begin(), cta_us.end(), std::greater<double>());
-  const int64_t nslots = static_cast<int64_t>(dev.num_sms) * dev.ctas_per_sm;
-  std::priority_queue<double, std::vector<double>, std::greater<double>> heap;
-  double makespan = 0;
-  for (const double us : cta_us) {
-    for (int64_t h = 0; h < kv_heads; ++h) {
-      double start = 0;
-      if (static_cast<int64_t>(heap.size()) == nslots) {
-        start = heap.top();
-        heap.pop();
-      }
-      heap.push(start + us);
-      makespan = std::max(makespan, start + us);
-    }
-  }
-  const double bw = dev.hbm_read_GBps * 1e3;                     // bytes per us
-  const double rate = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency;  // FLOPs per us
-  makespan = std::max({makespan, total_bytes / bw, total_flops / rate});
-
-  int launches = 0;
-  for (bool u : used_class) launches += u;
-  double merge_us = 0;
-  if (plan.num_slots > 0) {
-    ++launches;
-    int64_t merged_queries = 0;
-    for (int32_t q = 0; q + 1 < static_cast<int32_t>(plan.merge_indptr.size()); ++q)
-      merged_queries += plan.merge_indptr[q + 1] > plan.merge_indptr[q];
-    const double bytes =
-        static_cast<double>(plan.num_slots) * s.num_qo_heads * (s.head_dim * 4.0 + 4.0) +
-        static_cast<double>(merged_queries) * s.num_qo_heads * s.head_dim * s.dtype_bytes;
-    merge_us = bytes / bw;
-  }
-  return makespan + merge_us + launches * dev.launch_overhead_us;
+  int64_t merged_queries = 0;
+  for (size_t q = 0; q + 1 < plan.merge_indptr.size(); ++q)
+    merged_queries += plan.merge_indptr[q + 1] > plan.merge_indptr[q];
+  return estimate_items_us(dev, plan.shape, items.data(), items.size(), plan.num_slots,
+                           merged_queries);
 }
 
 }  // namespace treeattn

@@ -23,7 +23,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 # ---- build + install (full kernel set for Hopper)
 "$PY" -m pip install --no-build-isolation --no-deps -v . \
   -C cmake.define.TREEATTN_CUDA_ARCHS=90a \
-  -C build-dir=/tmp/treeattn-build-py >"$OUT/build.log" 2>&1
+  -C build-dir=${TREEATTN_PY_BUILD_DIR:-/tmp/treeattn-build-py} ${PIP_EXTRA:-} >"$OUT/build.log" 2>&1
 build_rc=$?
 build_s=$((SECONDS - start))
 tail -n 25 "$OUT/build.log"

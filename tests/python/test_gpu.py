@@ -75,7 +75,7 @@ def check(out, rows, ref, naive_err, dtype):
 def sample_rows(gen, n, k=16):
     if n <= k:
         return list(range(n))
-    return sorted(torch.randperm(n, generator=gen)[:k].tolist())
+    return sorted(torch.randperm(n, generator=gen, device=gen.device)[:k].tolist())
 
 
 def shrink_heads(shape):

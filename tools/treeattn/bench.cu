@@ -296,6 +296,10 @@ struct Timer {
 
 /// Plans, uploads, checks once and times `runs` runs. Throws on CUDA errors; returns false (and
 /// prints a note) if the planner throws.
+/// The planners' view of this GPU: the preset matching its name, with the SM count and the two
+/// ceilings measured in this process (set in bench_command before any planning).
+DeviceInfo g_device = device_preset("h200");
+
 bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& in, bool bf16,
              const RefSample& ref, int runs, Timer& tm, Result* res) {
   PlanOptions opts;
@@ -304,6 +308,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   opts.num_kv_heads = pb.num_kv_heads;
   opts.head_dim = pb.head_dim;
   opts.dtype_bytes = 2;
+  opts.device = g_device;
   Plan plan;
   try {
     plan = make_plan(pb.tree, opts);
@@ -431,6 +436,15 @@ int bench_command(int argc, char** argv) {
   BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
   const double hbm = measure_hbm_GBps(prop.multiProcessorCount);
   const double tc = measure_tc_TFLOPs();
+  {
+    const std::string name = prop.name;
+    g_device = device_preset(name.find("H100") != std::string::npos   ? "h100"
+                             : name.find("A100") != std::string::npos ? "a100"
+                                                                      : "h200");
+    g_device.num_sms = prop.multiProcessorCount;
+    g_device.hbm_read_GBps = hbm;
+    g_device.tc_TFLOPs = tc;
+  }
   std::printf(
       "device: %s, %d SMs, L2 %d MB\nceilings: HBM read %.0f GB/s, fp16 tensor %.0f TFLOP/s\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, hbm, tc);

@@ -3,6 +3,8 @@
 // CTA slots; plus launches and the merge pass.
 #pragma once
 
+#include <cstddef>
+#include <limits>
 #include <vector>
 
 #include "treeattn/plan/device_info.h"
@@ -20,6 +22,32 @@ struct ItemCost {
 /// one KV head with tile class `tile`; `writes_partial` adds the fp32 partial write.
 ItemCost estimate_item(const DeviceInfo& dev, const PlanShape& shape, TileClass tile,
                        int32_t packed_rows, int64_t kv_tokens, bool writes_partial);
+
+/// What the plan-level model reads of one work item (added: the one cost path that
+/// estimate_plan_us and the planners' cost-only scoring share).
+struct ItemSummary {
+  int32_t rows = 0;          ///< queries (unpacked rows)
+  int32_t partial_rows = 0;  ///< of them, rows writing a partial slot
+  int32_t kv_tokens = 0;
+  TileClass tile = TileClass::kM16;
+  int64_t count = 1;  ///< identical items this entry stands for
+};
+
+/// True when the kernel runs the kM16 launch of a plan with `m16_ctas` kM16 CTAs (items x KV
+/// heads) in its wide variant (src/cuda/decode_params.h, use_wide_m16), as the model assumes.
+bool model_uses_wide_m16(const DeviceInfo& dev, int64_t m16_ctas);
+
+/// Cost of one CTA as in estimate_plan_us (`wide`: kM16 run as the wide variant; counts are
+/// packed rows). Added for planners that evaluate many items.
+ItemCost estimate_cta(const DeviceInfo& dev, const PlanShape& shape, TileClass tile, bool wide,
+                      int64_t packed_rows, int64_t partial_packed_rows, int64_t kv_tokens);
+
+/// estimate_plan_us over item summaries (added): `num_slots` partial slots, `merged_queries`
+/// queries with a merge list. When a lower bound of the result already exceeds `prune_above`
+/// (by a relative 1e-9), that bound is returned without the LPT (still > prune_above).
+double estimate_items_us(const DeviceInfo& dev, const PlanShape& shape, const ItemSummary* items,
+                         size_t num_items, int64_t num_slots, int64_t merged_queries,
+                         double prune_above = std::numeric_limits<double>::infinity());
 
 /// Makespan in microseconds of a whole plan: LPT over num_sms * ctas_per_sm slots with per-slot
 /// bandwidth share, plus launches and the merge.

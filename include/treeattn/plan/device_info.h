@@ -12,12 +12,22 @@ struct DeviceInfo {
   std::string name = "h200";
   int32_t num_sms = 132;
   int32_t smem_per_sm_bytes = 228 * 1024;
-  double hbm_read_GBps = 4200.0;   ///< achievable streaming-read bandwidth
-  double tc_TFLOPs = 762.0;        ///< dense fp16 tensor-core rate (cuBLAS-achievable)
-  double mma_efficiency = 0.55;    ///< fraction of tc_TFLOPs our mma.sync kernel reaches
-  double launch_overhead_us = 2.5; ///< per kernel launch (back-to-back, same stream)
-  double item_overhead_us = 1.0;   ///< per CTA fixed cost: prologue, Q load, epilogue
-  int32_t ctas_per_sm = 2;         ///< resident CTAs of the attention kernel per SM
+  double hbm_read_GBps = 4200.0;    ///< achievable streaming-read bandwidth
+  double tc_TFLOPs = 762.0;         ///< dense fp16 tensor-core rate (cuBLAS-achievable)
+  double mma_efficiency = 0.55;     ///< fraction of tc_TFLOPs our mma.sync kernel reaches
+  double launch_overhead_us = 2.5;  ///< per kernel launch (back-to-back, same stream)
+  double item_overhead_us = 1.0;    ///< per CTA fixed cost: prologue, Q load, epilogue
+  int32_t ctas_per_sm = 2;          ///< resident CTAs of the attention kernel per SM
+  // Added for the calibrated model (docs/cost_model.md). The defaults leave the original model
+  // unchanged (no latency floor, merge launch = launch_overhead_us); the presets set fitted values.
+  double merge_launch_us = 2.5;       ///< the merge launch; 0 when the merge is fused
+  double tile_latency_us = 0.0;       ///< least time one kM16-deep/kM64 CTA spends per 64 KV tokens
+  double tile_latency_m128_us = 0.0;  ///< same for a kM128 CTA
+  double tile_latency_wide_us = 0.0;  ///< same per 32 KV tokens for a wide kM16 CTA
+  double merge_slot_us = 0.0;  ///< merge: one partial slot folded by one pass of a query's CTA
+  int32_t wide_ctas_per_sm =
+      0;  ///< resident CTAs per SM in plans run with wide kM16 (0: ctas_per_sm)
+  int32_t wide_m16_ctas_per_sm = 3;  ///< kernel rule: wide kM16 when kM16 CTAs > this x num_sms
 };
 
 /// "a100", "h100", "h200" (case-insensitive); throws std::invalid_argument naming "device".
