@@ -412,15 +412,7 @@ int bench_command(int argc, char** argv) {
   const bool bf16 = dtype == "bf16";
   const int runs = static_cast<int>(a.integer("runs", 50, 50, 100000));
   const uint64_t seed = a.u64("seed", 0);
-  std::vector<std::string> planners;
-  if (planner_arg == "all") {
-    planners = planner_names();
-  } else {
-    const auto& names = planner_names();
-    if (std::find(names.begin(), names.end(), planner_arg) == names.end())
-      throw std::invalid_argument("--planner: unknown planner '" + planner_arg + "'");
-    planners = {planner_arg};
-  }
+  const std::vector<std::string> planners = planner_list(planner_arg);
   const std::vector<Problem> problems = load_problems(a, true);
 
   int dev = 0;

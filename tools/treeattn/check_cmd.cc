@@ -83,15 +83,7 @@ int check_command(int argc, char** argv) {
     return 0;
   }
   const std::string planner = a.str("planner", "all");
-  std::vector<std::string> planners;
-  if (planner == "all") {
-    planners = planner_names();
-  } else {
-    bool known = false;
-    for (const std::string& n : planner_names()) known |= n == planner;
-    if (!known) throw std::invalid_argument("--planner: unknown planner '" + planner + "'");
-    planners = {planner};
-  }
+  const std::vector<std::string> planners = planner_list(planner);
   const int64_t requested = a.integer("sample-queries", 64, 0, 1 << 24);
   const bool explicit_k = a.has("sample-queries");
   const uint64_t seed = a.u64("seed", 0);

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "treeattn/plan/planner.h"
 #include "treeattn/tree/builders.h"
 #include "treeattn/tree/workloads.h"
 
@@ -131,6 +132,13 @@ std::string shape_text(const Problem& p) {
   os << "heads=" << p.num_qo_heads << "/" << p.num_kv_heads << " dim=" << p.head_dim
      << " page=" << p.tree.page_size;
   return os.str();
+}
+
+std::vector<std::string> planner_list(const std::string& planner) {
+  if (planner == "all") return planner_names();
+  for (const std::string& n : planner_names())
+    if (n == planner) return {planner};
+  throw std::invalid_argument("--planner: unknown planner '" + planner + "'");
 }
 
 }  // namespace treeattn::cli

@@ -27,6 +27,9 @@ std::vector<FlagSpec> input_flags(bool with_sets);
 /// Builds the selected problems (one, or a whole set for --workloads). Throws
 /// std::invalid_argument whose message starts with the offending flag.
 std::vector<Problem> load_problems(const Args& args, bool with_sets);
+/// Planner names for a --planner value: every planner for "all", else the one named; throws
+/// std::invalid_argument naming --planner for an unknown name.
+std::vector<std::string> planner_list(const std::string& planner);
 /// Human-readable "heads=32/8 dim=128 page=16" suffix.
 std::string shape_text(const Problem& p);
 

@@ -52,15 +52,7 @@ int plan_command(int argc, char** argv) {
     return 0;
   }
   const std::string planner = a.str("planner", "all");
-  std::vector<std::string> planners;
-  if (planner == "all") {
-    planners = planner_names();
-  } else {
-    bool known = false;
-    for (const std::string& n : planner_names()) known |= n == planner;
-    if (!known) throw std::invalid_argument("--planner: unknown planner '" + planner + "'");
-    planners = {planner};
-  }
+  const std::vector<std::string> planners = planner_list(planner);
   DeviceInfo dev;
   try {
     dev = device_preset(a.str("device", "h200"));
