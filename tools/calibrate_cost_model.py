@@ -3,7 +3,8 @@
 
 Reads a `treeattn bench --json` results file (bench/results/<gpu>-<date>.json), re-plans every
 (workload, planner) it names, and fits launch_overhead_us, merge_launch_us, item_overhead_us,
-mma_efficiency and the per-tile latency floors (docs/cost_model.md) so that log(estimate_plan_us)
+mma_efficiency, the per-tile latency floors and the mask penalties (docs/cost_model.md; the plans'
+items carry a masked flag, mask_begin >= 0) so that log(estimate_plan_us)
 matches log(median time) over all results (least squares in log space, Nelder-Mead over the log of
 the parameters). Prints the fit, its error before/after, and what `auto` would pick per line.
 
@@ -56,6 +57,8 @@ static void set_field(DeviceInfo* d, const std::string& k, double v) {
   else if (k == "tile_latency_m128_us") d->tile_latency_m128_us = v;
   else if (k == "tile_latency_wide_us") d->tile_latency_wide_us = v;
   else if (k == "merge_slot_us") d->merge_slot_us = v;
+  else if (k == "mask_penalty") d->mask_penalty = v;
+  else if (k == "mask_penalty_m16") d->mask_penalty_m16 = v;
   else if (k == "hbm_read_GBps") d->hbm_read_GBps = v;
   else if (k == "tc_TFLOPs") d->tc_TFLOPs = v;
   else if (k == "ctas_per_sm") d->ctas_per_sm = static_cast<int32_t>(v);
@@ -87,11 +90,11 @@ static void dump(const std::string& set, std::string name, const PrefixTree& tre
     PlanOptions o;
     o.planner = p; o.num_qo_heads = qo; o.num_kv_heads = kv; o.head_dim = hd; o.device = dev;
     const Plan plan = make_plan(tree, o);
-    std::map<std::tuple<int, int, int, int>, long long> runs;
+    std::map<std::tuple<int, int, int, int, int>, long long> runs;
     for (const WorkItem& it : plan.items) {
       int partial = 0;
       for (int r = 0; r < it.num_rows; ++r) partial += plan.rows[it.row_begin + r].slot != kFinalOutput;
-      ++runs[{it.num_rows, partial, it.kv_tokens, static_cast<int>(it.tile)}];
+      ++runs[{it.num_rows, partial, it.kv_tokens, static_cast<int>(it.tile), it.mask_begin >= 0}];
     }
     int merged = 0;
     for (size_t q = 0; q + 1 < plan.merge_indptr.size(); ++q)
@@ -104,8 +107,8 @@ static void dump(const std::string& set, std::string name, const PrefixTree& tre
                 estimate_plan_us(dev, plan));
     bool first = true;
     for (const auto& [k, n] : runs) {
-      std::printf("%s[%d, %d, %d, %d, %lld]", first ? "" : ", ", std::get<0>(k), std::get<1>(k),
-                  std::get<2>(k), std::get<3>(k), n);
+      std::printf("%s[%d, %d, %d, %d, %d, %lld]", first ? "" : ", ", std::get<0>(k),
+                  std::get<1>(k), std::get<2>(k), std::get<3>(k), std::get<4>(k), n);
       first = false;
     }
     std::printf("]}\n");
@@ -129,7 +132,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "eval" && argc == 4) {
-    // plans file: one line per plan: qo kv hd slots merged n  rows partial kv tile count ...
+    // plans file: one line per plan: qo kv hd slots merged n  rows partial kv tile masked count ...
     std::ifstream in(argv[2]);
     std::vector<Dumped> plans;
     std::string line;
@@ -141,8 +144,9 @@ int main(int argc, char** argv) {
           d.merged >> n;
       for (int i = 0; i < n; ++i) {
         ItemSummary s;
-        int tile = 0;
-        ls >> s.rows >> s.partial_rows >> s.kv_tokens >> tile >> s.count;
+        int tile = 0, masked = 0;
+        ls >> s.rows >> s.partial_rows >> s.kv_tokens >> tile >> masked >> s.count;
+        s.masked = masked != 0;
         s.tile = static_cast<TileClass>(tile);
         d.items.push_back(s);
       }
@@ -179,12 +183,15 @@ FREE = {
     "tile_latency_m128_us": (3.0, 0.01, 8.0),
     "tile_latency_wide_us": (1.5, 0.01, 5.0),
     "merge_slot_us": (0.64, 0.01, 5.0),
+    "mask_penalty": (0.5, 0.001, 5.0),  # masked kM64/kM128 items: CTA time x (1 + this)
+    "mask_penalty_m16": (0.05, 0.001, 5.0),  # masked kM16 items
 }
 FIXED = {"ctas_per_sm": 2, "wide_ctas_per_sm": 4}
 # The original, uncalibrated kernel terms (the DeviceInfo defaults before the fit).
 LEGACY = {"launch_overhead_us": 2.5, "merge_launch_us": 2.5, "item_overhead_us": 1.0,
           "mma_efficiency": 0.55, "tile_latency_us": 0, "tile_latency_m128_us": 0,
-          "tile_latency_wide_us": 0, "merge_slot_us": 0, "ctas_per_sm": 2, "wide_ctas_per_sm": 0}
+          "tile_latency_wide_us": 0, "merge_slot_us": 0, "mask_penalty": 0, "mask_penalty_m16": 0,
+          "ctas_per_sm": 2, "wide_ctas_per_sm": 0}
 
 
 def build_helper(build):
@@ -307,7 +314,7 @@ def main():
     for r in res:
         p = by_key.get((r["set"], r["workload"], r["planner"]))
         if p is None or p["n_items"] != r["items"] or r["kv_bytes_read"] != (
-                sum(it[2] * it[4] for it in p["items"]) * p["kv"] * p["hd"] * 4):
+                sum(it[2] * it[-1] for it in p["items"]) * p["kv"] * p["hd"] * 4):
             bad += 1
             continue
         rows.append((r, p))
@@ -317,7 +324,9 @@ def main():
     ev = Evaluator(exe, [p for _, p in rows], args.base, os.path.join(args.build, "cal_plans.txt"))
 
     uncal = summary(log_errors(ev(LEGACY), meas))
-    before = summary(log_errors(ev({}), meas))
+    before_errs = log_errors(ev({}), meas)
+    before = summary(before_errs)
+    masked_rows = [i for i, (_, p) in enumerate(rows) if any(it[4] for it in p["items"])]
     names = list(FREE)
 
     def unpack(x):
@@ -347,6 +356,13 @@ def main():
           ", ".join(f"{k} {v:.3f}" for k, v in before.items()))
     print("after: " + ", ".join(f"{k} {v:.3f}" for k, v in after.items()))
     print("fitted: " + ", ".join(f"{k}={v:.4g}" for k, v in fit.items()))
+    if masked_rows:
+        mb = [before_errs[i] for i in masked_rows]
+        ma = [errs[i] for i in masked_rows]
+        print(f"plans with masked items ({len(masked_rows)}): mean log err preset "
+              f"{sum(mb) / len(mb):+.3f}, after {sum(ma) / len(ma):+.3f}; "
+              "preset " + ", ".join(f"{k} {v:.3f}" for k, v in summary(mb).items()) +
+              "; after " + ", ".join(f"{k} {v:.3f}" for k, v in summary(ma).items()))
     worst = sorted(range(len(rows)), key=lambda i: -abs(errs[i]))[:12]
     print("worst fits (log est/measured):")
     for i in worst:

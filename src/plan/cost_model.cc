@@ -13,6 +13,8 @@
 // kernel tile per tile_latency (per 64 tokens for kM16-deep and kM64, tile_latency_m128_us for
 // kM128, per 32 tokens for wide kM16: the chain of cp.async waits, MMAs and softmax of a tile,
 // measured on the H100 as ~1.3 us per 64-token kM128 tile however few CTAs share an SM).
+// A masked item (DeFT masks) pays the kernel's per-score mask test: its CTA time is scaled by
+// 1 + mask_penalty (kM64/kM128) or 1 + mask_penalty_m16 (kM16).
 // Which kM16 variant runs is the kernel's host rule (src/cuda/decode_params.h, use_wide_m16):
 // wide when the plan has more than wide_m16_ctas_per_sm x num_sms kM16 CTAs.
 //
@@ -57,6 +59,8 @@ struct CtaModel {
     slot_bw = dev.hbm_read_GBps * 1e3 / slots;                      // bytes per us
     slot_flops = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency / slots;  // FLOPs per us
     overhead = dev.item_overhead_us;
+    mask_scale[0] = 1.0 + dev.mask_penalty_m16;
+    mask_scale[1] = mask_scale[2] = 1.0 + dev.mask_penalty;
     // Kernel KV tile (tokens) per class and its latency floor: 64-token tiles (32 for head_dim
     // 256, the floor scaled by the tile's size), wide kM16 32-token tiles.
     const int64_t big = s.head_dim == 256 ? 32 : 64;
@@ -68,7 +72,8 @@ struct CtaModel {
     tile_tokens[2] = big;
     tile_lat[2] = dev.tile_latency_m128_us * scale;
   }
-  ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv) const {
+  ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv,
+                      bool masked = false) const {
     ItemCost c;
     c.bytes = static_cast<double>(kv) * D * 2.0 * dt + packed * D * dt + partial * (D * 4.0 + 4.0) +
               (packed - partial) * D * dt;
@@ -79,11 +84,13 @@ struct CtaModel {
     const double lat =
         static_cast<double>((kv + tile_tokens[k] - 1) / tile_tokens[k]) * tile_lat[k];
     c.us = overhead + std::max({c.bytes / slot_bw, c.flops / slot_flops, lat});
+    if (masked) c.us *= mask_scale[k];
     return c;
   }
   double D, dt;
   bool wide;
   double slot_bw = 0, slot_flops = 0, overhead = 0;
+  double mask_scale[kNumTileClasses] = {1, 1, 1};  ///< CTA time factor of a masked item
   int64_t tile_tokens[kNumTileClasses] = {64, 64, 64};
   double tile_lat[kNumTileClasses] = {0, 0, 0};
 };
@@ -169,8 +176,8 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     const ItemSummary& it = items[i];
     if (it.count <= 0) continue;
     if (prev == nullptr || it.rows != prev->rows || it.partial_rows != prev->partial_rows ||
-        it.kv_tokens != prev->kv_tokens || it.tile != prev->tile) {
-      c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens);
+        it.kv_tokens != prev->kv_tokens || it.tile != prev->tile || it.masked != prev->masked) {
+      c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens, it.masked);
       runs.emplace_back(c.us, 0);
       used_class[static_cast<int>(it.tile)] = true;
       max_us = std::max(max_us, c.us);
@@ -221,6 +228,7 @@ double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
     items[i].rows = it.num_rows;
     items[i].kv_tokens = it.kv_tokens;
     items[i].tile = it.tile;
+    items[i].masked = it.mask_begin >= 0;
     for (int32_t r = 0; r < it.num_rows; ++r)
       items[i].partial_rows += plan.rows[it.row_begin + r].slot != kFinalOutput;
   }

@@ -13,19 +13,22 @@ namespace treeattn {
 namespace {
 
 /// The kernel-dependent terms fitted by tools/calibrate_cost_model.py to
-/// bench/results/h100-2026-11-22.json (1168 results, 146 lines x 8 planners, H100, fp16, CUDA
-/// kernels v3): |log(estimate / measured)| median 0.13, p90 0.38, max 0.88 (the uncalibrated
-/// model: median 0.44, max 1.93). Bandwidth and tensor-core rate stay the measured ceilings.
+/// bench/results/h100-2026-11-22.json (1162 results, 146 lines x 8 planners, H100, fp16, CUDA
+/// kernels v3), with the mask terms: |log(estimate / measured)| median 0.11, p90 0.29, max 0.70
+/// (without mask terms: median 0.13, p90 0.39, max 0.88; the uncalibrated model: median 0.46, max
+/// 1.93). Bandwidth and tensor-core rate stay the measured ceilings.
 /// Re-fit after kernel changes (docs/cost_model.md).
 void set_h100_fit(DeviceInfo* d) {
-  d->launch_overhead_us = 9.59;  // per attention launch (with PDL: mostly the first CTA's chain)
-  d->merge_launch_us = 0.62;     // PDL hides most of the merge launch
-  d->item_overhead_us = 4.67;    // per CTA: header -> item -> range -> page id chain, epilogue
-  d->mma_efficiency = 0.435;
-  d->tile_latency_us = 0.40;       // per 64 KV tokens, kM16 deep / kM64 CTA
-  d->tile_latency_m128_us = 7.97;  // per 64 KV tokens, kM128 CTA
+  d->launch_overhead_us = 8.24;  // per attention launch (with PDL: mostly the first CTA's chain)
+  d->merge_launch_us = 0.85;     // PDL hides most of the merge launch
+  d->item_overhead_us = 4.65;    // per CTA: header -> item -> range -> page id chain, epilogue
+  d->mma_efficiency = 0.427;
+  d->tile_latency_us = 0.34;       // per 64 KV tokens, kM16 deep / kM64 CTA
+  d->tile_latency_m128_us = 5.39;  // per 64 KV tokens, kM128 CTA
   d->tile_latency_wide_us = 1.55;  // per 32 KV tokens, wide kM16 CTA
-  d->merge_slot_us = 0.64;         // merge: per partial slot per 128-thread pass of a query's CTA
+  d->merge_slot_us = 0.70;         // merge: per partial slot per 128-thread pass of a query's CTA
+  d->mask_penalty = 0.94;          // masked kM64/kM128 CTA: x1.94 (mask test per element per tile)
+  d->mask_penalty_m16 = 0.006;     // masked kM16 CTA: as unmasked (its tiles are bandwidth-bound)
   d->ctas_per_sm = 2;              // kernel occupancy (src/cuda/decode_params.h)
   d->wide_ctas_per_sm = 4;
   d->wide_m16_ctas_per_sm = 3;

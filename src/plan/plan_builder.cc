@@ -84,6 +84,8 @@ void PlanBuilder::begin_item() {
     blocks_.push_back(RowBlock{static_cast<int32_t>(row_query_.size()), 0, 1});
     cost_items_.emplace_back();
     cost_items_.back().block = static_cast<int32_t>(blocks_.size()) - 1;
+    item_masked_ = false;
+    cost_mask_and_ = ~0ull;
     return;
   }
   WorkItem it;
@@ -112,8 +114,10 @@ void PlanBuilder::add_rows(const int32_t* queries, int32_t n) {
 
 void PlanBuilder::add_masked_range(int32_t node, int32_t begin, int32_t end, uint64_t mask) {
   if (end <= begin || mask == 0) return;
-  if (cost_only_) {  // what the cost model reads: KV tokens (masks and pages do not count)
+  if (cost_only_) {  // what the cost model reads: KV tokens and whether the item is masked
     cost_items_.back().kv_tokens += end - begin;
+    cost_mask_and_ &= mask;
+    if (mask != ~0ull) item_masked_ = true;
     return;
   }
   add_kv_range(make_range(tree_, node, begin, end, &plan_, &node_page_base_), mask);
@@ -153,6 +157,12 @@ int32_t PlanBuilder::end_item(TileClass min_tile) {
       blocks_.pop_back();
       cost_items_.pop_back();
       return -1;
+    }
+    if (item_masked_) {  // as the full builder: masked unless every mask covers every row
+      TA_CHECK_ARG(c.rows <= kMaxMaskedRows, "masks", "masked items hold at most ", kMaxMaskedRows,
+                   " rows, got ", c.rows);
+      const uint64_t valid = c.rows == 64 ? ~0ull : ((1ull << c.rows) - 1ull);
+      c.masked = (cost_mask_and_ & valid) != valid;
     }
     c.tile = std::max(tile_for(c.rows), min_tile);
     return num_items() - 1;

@@ -13,7 +13,8 @@
 // planners' items) and add_path_ranges() (a token window of a root path).
 //
 // A builder made with Mode::kCostOnly records only what the cost model reads (per item: rows,
-// KV tokens, tile class; the rows' queries) and skips ranges, page ids and masks; cost_us() then
+// KV tokens, tile class, whether it ends up masked; the rows' queries) and skips ranges, page ids
+// and mask words; cost_us() then
 // returns exactly fast_plan_us() of the plan the same calls would have built (auto scores its
 // candidates this way and materialises only the winner).
 #pragma once
@@ -59,8 +60,9 @@ struct CostItem {
   int32_t partial_rows = 0;  ///< of them, rows writing a partial slot
   int32_t kv_tokens = 0;
   TileClass tile = TileClass::kM16;
-  int32_t count = 1;   ///< identical items this entry stands for
-  int32_t block = -1;  ///< PlanBuilder (cost-only): the row block of its rows
+  int32_t count = 1;    ///< identical items this entry stands for
+  int32_t block = -1;   ///< PlanBuilder (cost-only): the row block of its rows
+  bool masked = false;  ///< carries DeFT masks (the full plan's mask_begin >= 0)
 };
 
 /// The cost model's per-CTA terms (cost_model.cc) with the device and shape constants hoisted,
@@ -182,6 +184,7 @@ class PlanBuilder {
   std::vector<uint64_t> item_masks_;  // masks of the open item, one per range
   std::vector<Seg> segs_;             // emit_chain
   bool item_masked_ = false;
+  uint64_t cost_mask_and_ = ~0ull;  // kCostOnly: AND of the open item's masks
   // kCostOnly: items as CostItems; their rows in blocks of row_query_ (emit_group stores a chunk's
   // rows once for all its KV pieces: `copies` items share the block).
   struct RowBlock {

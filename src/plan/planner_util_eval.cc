@@ -32,6 +32,7 @@ double items_cost_us(const DeviceInfo& dev, const PlanShape& s, const CostItem* 
     sum[i].kv_tokens = items[i].kv_tokens;
     sum[i].tile = items[i].tile;
     sum[i].count = items[i].count;
+    sum[i].masked = items[i].masked;
   }
   return estimate_items_us(dev, s, sum.data(), num_items, num_slots, merged_queries, prune_above);
 }
@@ -43,6 +44,7 @@ double fast_plan_us(const DeviceInfo& dev, const Plan& plan) {
     items[i].rows = it.num_rows;
     items[i].kv_tokens = it.kv_tokens;
     items[i].tile = it.tile;
+    items[i].masked = it.mask_begin >= 0;
     for (int32_t r = 0; r < it.num_rows; ++r)
       items[i].partial_rows += plan.rows[it.row_begin + r].slot != kFinalOutput;
   }

@@ -31,6 +31,9 @@ struct ItemSummary {
   int32_t kv_tokens = 0;
   TileClass tile = TileClass::kM16;
   int64_t count = 1;  ///< identical items this entry stands for
+  /// Added: the item carries DeFT masks (WorkItem::mask_begin >= 0); its CTA time is scaled by
+  /// 1 + DeviceInfo::mask_penalty.
+  bool masked = false;
 };
 
 /// True when the kernel runs the kM16 launch of a plan with `m16_ctas` kM16 CTAs (items x KV

@@ -28,6 +28,12 @@ struct DeviceInfo {
   int32_t wide_ctas_per_sm =
       0;  ///< resident CTAs per SM in plans run with wide kM16 (0: ctas_per_sm)
   int32_t wide_m16_ctas_per_sm = 3;  ///< kernel rule: wide kM16 when kM16 CTAs > this x num_sms
+  /// Added: a kM64/kM128 CTA of a masked item (DeFT masks, mask_begin >= 0) takes
+  /// (1 + mask_penalty) x the time of the same item unmasked (the per-element mask test in the
+  /// softmax of every tile); a kM16 CTA (1 + mask_penalty_m16) x. The defaults 0 keep the
+  /// original model; the presets carry the fit (docs/cost_model.md).
+  double mask_penalty = 0.0;
+  double mask_penalty_m16 = 0.0;
 };
 
 /// "a100", "h100", "h200" (case-insensitive); throws std::invalid_argument naming "device".

@@ -1,0 +1,98 @@
+// The cost model's mask term: the cost-only PlanBuilder sees exactly which items end up masked
+// (its estimate equals fast_plan_us and estimate_plan_us of the full plan for every planner,
+// with a mask penalty in force), and a masked item costs (1 + mask_penalty) x the same item
+// unmasked.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../../src/plan/planners.h"
+#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/planner.h"
+#include "treeattn/tree/builders.h"
+
+namespace treeattn {
+namespace {
+
+/// Cost-only estimate of planner `entry` on `tree` (what auto scores).
+double cost_only_us(const planners::PlannerEntry& entry, const PrefixTree& tree,
+                    const planners::PlanIndex& index, const PlanOptions& o) {
+  planners::PlanBuilder b(tree, o, entry.name, planners::PlanBuilder::Mode::kCostOnly);
+  entry.fn(tree, index, o, &b);
+  return b.cost_us(o.device);
+}
+
+TEST(PlannersMaskCost, CostOnlyBuilderSeesMasks) {
+  std::vector<PrefixTree> trees;
+  RandomTreeOptions ro;
+  for (uint64_t seed = 1; seed <= 8; ++seed) trees.push_back(random_tree(seed, ro));
+  // Lines where flatten's blocks straddle nodes (masked) and where they do not.
+  for (const char* levels : {"N=1,8,64 C=600,90,30", "N=32 C=300", "N=1,4,32 C=8,300,17",
+                             "N=1,2,4,8,16,32 C=16,16,16,16,16,16"})
+    trees.push_back(tree_from_levels(parse_levels(levels), PageLayout::kShuffled, 3));
+  int64_t masked_plans = 0;
+  for (const PrefixTree& tree : trees) {
+    const planners::PlanIndex index = planners::build_plan_index(tree);
+    for (const auto& [qo, kv] : std::vector<std::pair<int, int>>{{32, 8}, {32, 32}, {64, 8}}) {
+      PlanOptions o;
+      o.num_qo_heads = qo;
+      o.num_kv_heads = kv;
+      o.device = device_preset("h100");
+      o.device.mask_penalty = 0.75;  // penalties in force whatever the preset's fit
+      o.device.mask_penalty_m16 = 0.5;
+      for (const planners::PlannerEntry& e : planners::planner_table()) {
+        o.planner = e.name;
+        const Plan plan = planners::run_planner(e, tree, index, o);
+        bool masked = false;
+        for (const WorkItem& it : plan.items) masked = masked || it.mask_begin >= 0;
+        masked_plans += masked;
+        const double full = estimate_plan_us(o.device, plan);
+        EXPECT_NEAR(planners::fast_plan_us(o.device, plan), full, 1e-9 * full) << e.name;
+        EXPECT_NEAR(cost_only_us(e, tree, index, o), full, 1e-9 * full)
+            << e.name << " qo/kv " << qo << "/" << kv << " masked " << masked;
+        DeviceInfo d = o.device;
+        d.mask_penalty = d.mask_penalty_m16 = 0;
+        EXPECT_LE(estimate_plan_us(d, plan), full) << e.name;
+        if (!masked) EXPECT_DOUBLE_EQ(estimate_plan_us(d, plan), full) << e.name;
+        if (masked) {  // the penalty is charged: a masked CTA x21 outlasts the unpenalised plan
+          DeviceInfo big = d;
+          big.mask_penalty = big.mask_penalty_m16 = 20;
+          EXPECT_GT(estimate_plan_us(big, plan), estimate_plan_us(d, plan)) << e.name;
+        }
+      }
+    }
+  }
+  EXPECT_GT(masked_plans, 3);  // the masked path really ran
+}
+
+TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
+  DeviceInfo d = device_preset("h100");
+  d.mask_penalty = 0.5;
+  PlanShape s;
+  s.num_qo_heads = 32;
+  s.num_kv_heads = 8;
+  s.head_dim = 128;
+  ItemSummary it;
+  it.rows = 8;
+  it.kv_tokens = 4096;
+  it.tile = TileClass::kM64;
+  it.count = 1;
+  // One item (its CTAs all run in parallel): the plan time is one CTA plus the launch.
+  const double plain = estimate_items_us(d, s, &it, 1, 0, 0);
+  it.masked = true;
+  const double masked = estimate_items_us(d, s, &it, 1, 0, 0);
+  EXPECT_NEAR(masked - d.launch_overhead_us, 1.5 * (plain - d.launch_overhead_us), 1e-9 * plain);
+  it.tile = TileClass::kM16;  // kM16 items: mask_penalty_m16
+  d.mask_penalty_m16 = 0.25;
+  const double m16 = estimate_items_us(d, s, &it, 1, 0, 0);
+  it.masked = false;
+  const double m16_plain = estimate_items_us(d, s, &it, 1, 0, 0);
+  EXPECT_NEAR(m16 - d.launch_overhead_us, 1.25 * (m16_plain - d.launch_overhead_us), 1e-9 * m16);
+  d.mask_penalty = d.mask_penalty_m16 = 0;
+  it.masked = true;
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &it, 1, 0, 0), m16_plain);
+}
+
+}  // namespace
+}  // namespace treeattn
