@@ -14,7 +14,9 @@
 //     spread over 1/2, 1, 2, 4 waves of slots); each candidate is scored by the cost model.
 //  3. Guarantee: the other planners' plans are scored too and the cheapest plan wins, so under its
 //     own cost model auto is never worse than any of them.
-// Speed: candidates are scored with cost-only PlanBuilders (items' rows, KV tokens and tiles; no
+// Speed: the own split candidates share one list of query chunks and are scored straight from it
+// (own_cost_us, the same items a cost-only builder would record); the other planners are scored
+// with cost-only PlanBuilders (items' rows, KV tokens and tiles; no
 // ranges or pages), whose cost equals fast_plan_us of the full plan; a candidate whose lower bound
 // (longest CTA, CTA time / slots, global bytes and FLOPs) cannot beat the best so far skips its
 // LPT. Only the winner is built as a full Plan.
@@ -101,6 +103,74 @@ class AutoPlanner {
     }
   }
 
+  /// The cost-only PlanBuilder's cost_us(bound()) of emit(cg, parts) without building it: the
+  /// candidates share the groups' query chunks and differ only in the KV pieces, so the chunks are
+  /// listed once (chunks_) and each candidate only recounts rows per query and partial rows per
+  /// chunk. Feeds estimate_items_us the same items (same fields, same order) as the builder.
+  double own_cost_us(const ChainGroups& cg, const std::vector<int32_t>& parts) {
+    if (chunks_.empty() && !cg.groups.empty()) list_chunks(cg);
+    const int32_t nq = tree_.num_queries();
+    count_.assign(static_cast<size_t>(nq), 0);
+    for (size_t i = 0; i < cg.groups.size(); ++i) {
+      const ChainGroups::Group& g = cg.groups[i];
+      if (g.num_queries() <= 0 || g.len <= 0) continue;
+      const int32_t kp = clamp_parts(parts[i], g.len);
+      for (int32_t k = g.q_begin; k < g.q_end; ++k) count_[cg.queries[k]] += kp;
+    }
+    int64_t num_slots = 0, merged = 0;
+    for (const int32_t c : count_)
+      if (c > 1) {
+        num_slots += c;
+        ++merged;
+      }
+    items_.clear();
+    for (const Chunk& ch : chunks_) {
+      const ChainGroups::Group& g = cg.groups[ch.group];
+      const int32_t kp = clamp_parts(parts[ch.group], g.len);
+      int32_t partial = 0;
+      for (int32_t k = ch.q_begin; k < ch.q_begin + ch.rows; ++k)
+        partial += count_[cg.queries[k]] > 1;
+      const int64_t base = g.len / kp, rem = g.len % kp;
+      ItemSummary it;
+      it.rows = ch.rows;
+      it.partial_rows = partial;
+      it.tile = ch.tile;
+      if (rem > 0) {
+        it.kv_tokens = static_cast<int32_t>(base + 1);
+        it.count = rem;
+        items_.push_back(it);
+      }
+      if (base > 0) {
+        it.kv_tokens = static_cast<int32_t>(base);
+        it.count = kp - rem;
+        items_.push_back(it);
+      }
+    }
+    return estimate_items_us(opts_.device, shape_, items_.data(), items_.size(), num_slots, merged,
+                             bound());
+  }
+
+  /// emit_chain's clamp of the KV pieces to [1, len].
+  static int32_t clamp_parts(int32_t parts, int64_t len) {
+    return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(parts, len)));
+  }
+
+  /// The query chunks emit() cuts every group into (cap_ queries each, filled greedily).
+  void list_chunks(const ChainGroups& cg) {
+    for (size_t i = 0; i < cg.groups.size(); ++i) {
+      const ChainGroups::Group& g = cg.groups[i];
+      if (g.num_queries() <= 0 || g.len <= 0) continue;
+      for (int32_t q0 = 0; q0 < g.num_queries(); q0 += cap_) {
+        Chunk ch;
+        ch.group = static_cast<int32_t>(i);
+        ch.q_begin = g.q_begin + q0;
+        ch.rows = std::min(g.num_queries(), q0 + cap_) - q0;
+        ch.tile = tile_class_for_rows(ch.rows * group_);
+        chunks_.push_back(ch);
+      }
+    }
+  }
+
   /// Scores every candidate with cost-only builders (a candidate whose lower bound already loses
   /// skips its LPT), then builds only the winner.
   Plan run() {
@@ -124,9 +194,7 @@ class AutoPlanner {
       split_parts(cg, thresholds[i], &parts);
       if (i > 0 && parts == prev_parts) continue;
       prev_parts.swap(parts);
-      PlanBuilder b(tree_, opts_, "auto", PlanBuilder::Mode::kCostOnly);
-      emit(cg, prev_parts, &b);
-      consider(b.cost_us(opts_.device, bound()), static_cast<int32_t>(i));
+      consider(own_cost_us(cg, prev_parts), static_cast<int32_t>(i));
     }
     // The guarantee: every other planner is a candidate too.
     static const char* const kOthers[] = {"pat",   "fasttree",   "node",   "forge",
@@ -154,7 +222,11 @@ class AutoPlanner {
   /// Memoised in a small direct-mapped table: the grouping pass asks for the same few (rows, kv)
   /// pairs over and over (sibling leaves), and each evaluation costs two divisions.
   double item_us(int64_t rows, int64_t kv) const {
-    Memo& m = memo_[static_cast<size_t>(rows * 31 + kv * 131) % kMemo];
+    // Multiplicative hash, top bits: the old (rows * 31 + kv * 131) % 64 sent common pairs such
+    // as (1, 32) and (1, 2080) to one slot and thrashed.
+    const uint64_t h = static_cast<uint64_t>(rows) * 0x9E3779B97F4A7C15ull +
+                       static_cast<uint64_t>(kv) * 0xC2B2AE3D27D4EB4Full;
+    Memo& m = memo_[static_cast<size_t>(h >> (64 - kMemoBits))];
     if (m.rows == rows && m.kv == kv) return m.us;
     m.rows = rows;
     m.kv = kv;
@@ -184,8 +256,16 @@ class AutoPlanner {
     int64_t rows = -1, kv = -1;
     double us = 0;
   };
-  static constexpr size_t kMemo = 64;
+  static constexpr int kMemoBits = 9;
+  static constexpr size_t kMemo = size_t{1} << kMemoBits;
   mutable Memo memo_[kMemo];
+  struct Chunk {
+    int32_t group = 0, q_begin = 0, rows = 0;  ///< into cg.groups / cg.queries
+    TileClass tile = TileClass::kM16;
+  };
+  std::vector<Chunk> chunks_;       ///< own_cost_us: the groups' query chunks, in emit order
+  std::vector<int32_t> count_;      ///< own_cost_us: rows per query
+  std::vector<ItemSummary> items_;  ///< own_cost_us: the candidate's items
   int32_t best_ = 0;
   double best_us_ = -1;
 };

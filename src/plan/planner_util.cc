@@ -77,13 +77,12 @@ ChainGroups chain_groups(const PrefixTree& tree, const PlanIndex& index,
     g.top = top[v];
     g.len = len[v];
     g.q_begin = static_cast<int32_t>(out.queries.size());
-    const IdSpan own = index.own_queries(v);
-    out.queries.insert(out.queries.end(), own.begin(), own.end());
+    // Element-wise appends: the spans are mostly short (often one leaf query), where a range
+    // insert's fixed cost dominates (measured faster on both short and long spans here).
+    for (const int32_t q : index.own_queries(v)) out.queries.push_back(q);
     for (const int32_t c : index.children(v))
-      if (!merged[c]) {
-        const IdSpan below = index.queries_below(c);
-        out.queries.insert(out.queries.end(), below.begin(), below.end());
-      }
+      if (!merged[c])
+        for (const int32_t q : index.queries_below(c)) out.queries.push_back(q);
     g.q_end = static_cast<int32_t>(out.queries.size());
     if (g.q_end > g.q_begin) out.groups.push_back(g);
   }
