@@ -38,20 +38,7 @@ double items_cost_us(const DeviceInfo& dev, const PlanShape& s, const CostItem* 
 }
 
 double fast_plan_us(const DeviceInfo& dev, const Plan& plan) {
-  std::vector<CostItem> items(plan.items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    const WorkItem& it = plan.items[i];
-    items[i].rows = it.num_rows;
-    items[i].kv_tokens = it.kv_tokens;
-    items[i].tile = it.tile;
-    items[i].masked = it.mask_begin >= 0;
-    for (int32_t r = 0; r < it.num_rows; ++r)
-      items[i].partial_rows += plan.rows[it.row_begin + r].slot != kFinalOutput;
-  }
-  int64_t merged_queries = 0;
-  for (size_t q = 0; q + 1 < plan.merge_indptr.size(); ++q)
-    merged_queries += plan.merge_indptr[q + 1] > plan.merge_indptr[q];
-  return items_cost_us(dev, plan.shape, items.data(), items.size(), plan.num_slots, merged_queries);
+  return estimate_plan_us(dev, plan);  // one summary of a full plan, kept in cost_model.cc
 }
 
 }  // namespace treeattn::planners
