@@ -65,34 +65,6 @@ struct CostItem {
   bool masked = false;  ///< carries DeFT masks (the full plan's mask_begin >= 0)
 };
 
-/// The cost model's per-CTA terms (cost_model.cc) with the device and shape constants hoisted,
-/// for planners that evaluate many items; results equal estimate_item()'s bit for bit.
-class CtaCost {
- public:
-  CtaCost(const DeviceInfo& dev, const PlanShape& shape);
-  /// One CTA of `rows` queries (x group packed rows), `partial_rows` of them writing partials.
-  void eval(int64_t rows, int64_t partial_rows, int64_t kv_tokens, TileClass tile, double* bytes,
-            double* flops, double* us) const {
-    const int64_t packed = rows * group_, prow = partial_rows * group_;
-    *bytes = static_cast<double>(kv_tokens) * D_ * 2.0 * dt_ + packed * D_ * dt_ +
-             prow * (D_ * 4.0 + 4.0) + (packed - prow) * D_ * dt_;
-    const int64_t issued =
-        tile == TileClass::kM16 ? 16 : std::max<int64_t>(16, (packed + 15) / 16 * 16);
-    *flops =
-        4.0 * static_cast<double>(issued) * static_cast<double>((kv_tokens + 63) / 64 * 64) * D_;
-    *us = overhead_ + std::max(*bytes / slot_bw_, *flops / slot_flops_);
-  }
-  double us(int64_t rows, int64_t partial_rows, int64_t kv_tokens, TileClass tile) const {
-    double b, f, u;
-    eval(rows, partial_rows, kv_tokens, tile, &b, &f, &u);
-    return u;
-  }
-
- private:
-  int64_t group_;
-  double D_, dt_, slot_bw_, slot_flops_, overhead_;
-};
-
 /// The cost model's plan makespan (estimate_plan_us) over a list of items, computed with the LPT
 /// run over slots / kv_heads slot groups when kv_heads divides the slot count (exact: the
 /// kv_heads copies of every item land on identical slots). `merged_queries` = queries with a

@@ -11,15 +11,6 @@
 
 namespace treeattn::planners {
 
-CtaCost::CtaCost(const DeviceInfo& dev, const PlanShape& shape)
-    : group_(shape.group()),
-      D_(shape.head_dim),
-      dt_(shape.dtype_bytes),
-      slot_bw_(dev.hbm_read_GBps * 1e3 / static_cast<double>(device_slots(dev))),
-      slot_flops_(dev.tc_TFLOPs * 1e6 * dev.mma_efficiency /
-                  static_cast<double>(device_slots(dev))),
-      overhead_(dev.item_overhead_us) {}
-
 double items_cost_us(const DeviceInfo& dev, const PlanShape& s, const CostItem* items,
                      size_t num_items, int64_t num_slots, int64_t merged_queries,
                      double prune_above) {
