@@ -9,7 +9,9 @@
 #include "common.h"
 #include "treeattn/common/error.h"
 #include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/coverage.h"
 #include "treeattn/plan/planner.h"
+#include "treeattn/plan/stats.h"
 
 #if TREEATTN_PY_WITH_CUDA
 #include <cuda_runtime_api.h>

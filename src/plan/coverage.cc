@@ -8,12 +8,13 @@
 // against the node's pages (so a range that points at the wrong pages fails); then each row
 // contributes the intervals of the ranges it sees (honouring masks) to its query; per query the
 // intervals, sorted by (node, begin), must tile [0, tokens) of exactly the nodes on its path.
+#include "treeattn/plan/coverage.h"
+
 #include <algorithm>
 #include <unordered_map>
 #include <vector>
 
 #include "treeattn/common/error.h"
-#include "treeattn/plan/planner.h"
 
 namespace treeattn {
 namespace {

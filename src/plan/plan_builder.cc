@@ -1,7 +1,6 @@
-// The planners' building blocks (plan_builder.h): make_range() (public, planner.h) turns a token
-// sub-range of a tree node into a KvRange over the plan's page list, appending the node's pages
-// once per node; PlanBuilder collects items and turns them into a finished Plan (or, in cost-only
-// mode, into the cost model's estimate of that plan).
+// The planners' building blocks (plan_builder.h): PlanBuilder collects items and turns them into a
+// finished Plan (or, in cost-only mode, into the cost model's estimate of that plan); KV pieces
+// of a chain (split_pieces) for both modes.
 #include "plan_builder.h"
 
 #include <algorithm>
@@ -9,35 +8,7 @@
 #include <vector>
 
 #include "treeattn/common/error.h"
-
-namespace treeattn {
-
-KvRange make_range(const PrefixTree& tree, int32_t node, int32_t tok_begin, int32_t tok_end,
-                   Plan* plan, std::vector<int32_t>* node_page_base) {
-  TA_CHECK_ARG(plan != nullptr && node_page_base != nullptr, "plan", "null output");
-  TA_CHECK_ARG(node >= 0 && node < static_cast<int32_t>(tree.nodes.size()), "node", "index ", node,
-               " out of range");
-  const TreeNode& n = tree.nodes[node];
-  TA_CHECK_ARG(0 <= tok_begin && tok_begin < tok_end && tok_end <= n.tokens, "tok_begin", "[",
-               tok_begin, ", ", tok_end, ") is not a non-empty sub-range of node ", node, " with ",
-               n.tokens, " tokens");
-  if (node_page_base->size() < tree.nodes.size()) node_page_base->resize(tree.nodes.size(), -1);
-  int32_t& base = (*node_page_base)[node];
-  if (base < 0) {
-    base = static_cast<int32_t>(plan->page_ids.size());
-    plan->page_ids.insert(plan->page_ids.end(), n.pages.begin(), n.pages.end());
-  }
-  const int32_t P = tree.page_size;
-  const int32_t first = n.page_offset + tok_begin;  // slot position within the node's page list
-  KvRange r;
-  r.page_begin = base + first / P;
-  r.page_offset = first % P;
-  r.len = tok_end - tok_begin;
-  r.node = node;
-  return r;
-}
-
-}  // namespace treeattn
+#include "treeattn/plan/ranges.h"
 
 namespace treeattn::planners {
 
@@ -50,6 +21,33 @@ PlanShape plan_shape(const PrefixTree& tree, const PlanOptions& opts) {
   s.page_size = tree.page_size;
   s.dtype_bytes = opts.dtype_bytes;
   return s;
+}
+
+KvPieces split_pieces(int64_t total, int32_t parts) {
+  KvPieces k;
+  k.total = total;
+  k.parts = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(parts, total)));
+  k.base = total / k.parts;
+  k.rem = total % k.parts;
+  return k;
+}
+
+int32_t append_piece_summaries(const KvPieces& pieces, ItemSummary item,
+                               std::vector<ItemSummary>* out) {
+  int32_t added = 0;
+  if (pieces.rem > 0) {
+    item.kv_tokens = static_cast<int32_t>(pieces.base + 1);
+    item.count = pieces.rem;
+    out->push_back(item);
+    ++added;
+  }
+  if (pieces.base > 0) {
+    item.kv_tokens = static_cast<int32_t>(pieces.base);
+    item.count = pieces.parts - pieces.rem;
+    out->push_back(item);
+    ++added;
+  }
+  return added;
 }
 
 int32_t max_queries_per_item(const PlanOptions& opts, bool masked) {
@@ -70,6 +68,7 @@ PlanBuilder::PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const 
     row_query_.reserve(nq * 2);
     blocks_.reserve(nq * 2);
     cost_items_.reserve(nq * 2);
+    item_block_.reserve(nq * 2);
   } else {
     plan_.items.reserve(nq * 2);
     plan_.rows.reserve(nq * 4);
@@ -83,7 +82,7 @@ void PlanBuilder::begin_item() {
   if (cost_only_) {
     blocks_.push_back(RowBlock{static_cast<int32_t>(row_query_.size()), 0, 1});
     cost_items_.emplace_back();
-    cost_items_.back().block = static_cast<int32_t>(blocks_.size()) - 1;
+    item_block_.push_back(static_cast<int32_t>(blocks_.size()) - 1);
     item_masked_ = false;
     cost_mask_and_ = ~0ull;
     return;
@@ -151,11 +150,12 @@ void PlanBuilder::add_path_ranges(const int32_t* path, int32_t n, int64_t tok_be
 
 int32_t PlanBuilder::end_item(TileClass min_tile) {
   if (cost_only_) {
-    CostItem& c = cost_items_.back();
+    ItemSummary& c = cost_items_.back();
     if (c.rows == 0 || c.kv_tokens == 0) {
       row_query_.resize(blocks_.back().begin);
       blocks_.pop_back();
       cost_items_.pop_back();
+      item_block_.pop_back();
       return -1;
     }
     if (item_masked_) {  // as the full builder: masked unless every mask covers every row
@@ -199,18 +199,17 @@ void PlanBuilder::emit_group(const int32_t* queries, int32_t num_queries, const 
   int64_t total = 0;
   for (int32_t j = 0; j < num_segs; ++j) total += segs[j].len();
   if (total <= 0) return;
-  kv_parts = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(kv_parts, total)));
+  const KvPieces pieces = split_pieces(total, kv_parts);
   if (cost_only_) {
-    emit_chunks_cost(queries, num_queries, total, cap, kv_parts, min_tile);
+    emit_chunks_cost(queries, num_queries, pieces, cap, min_tile);
     return;
   }
   for (int32_t q0 = 0; q0 < num_queries; q0 += cap) {
     const int32_t q1 = std::min(num_queries, q0 + cap);
-    // Piece p covers chain tokens [p * total / parts, (p + 1) * total / parts).
     int32_t j = 0;
     int64_t chain_pos = 0;  // chain offset of segs[j].begin
-    for (int32_t p = 0; p < kv_parts; ++p) {
-      const int64_t lo = total * p / kv_parts, hi = total * (p + 1) / kv_parts;
+    for (int32_t p = 0; p < pieces.parts; ++p) {
+      const int64_t lo = pieces.begin(p), hi = pieces.begin(p + 1);
       begin_item();
       add_rows(queries + q0, q1 - q0);
       int64_t pos = lo;
@@ -231,9 +230,7 @@ void PlanBuilder::emit_chain(int32_t node, int32_t top, int64_t len, const int32
                              TileClass min_tile) {
   if (cost_only_) {
     if (num_queries <= 0 || len <= 0) return;
-    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(kv_parts, len));
-    emit_chunks_cost(queries, num_queries, len, std::max(1, cap), static_cast<int32_t>(parts),
-                     min_tile);
+    emit_chunks_cost(queries, num_queries, split_pieces(len, kv_parts), std::max(1, cap), min_tile);
     return;
   }
   segs_.clear();
@@ -246,34 +243,22 @@ void PlanBuilder::emit_chain(int32_t node, int32_t top, int64_t len, const int32
              min_tile);
 }
 
-void PlanBuilder::emit_chunks_cost(const int32_t* queries, int32_t num_queries, int64_t total,
-                                   int32_t cap, int32_t kv_parts, TileClass min_tile) {
-  // Piece p of emit_group holds total * (p + 1) / parts - total * p / parts tokens: `rem` pieces
-  // of base + 1 tokens and the others of base (the cost does not depend on their order). Each
-  // chunk's rows are stored once, in a block shared by its pieces.
-  const int64_t base = total / kv_parts, rem = total % kv_parts;
+void PlanBuilder::emit_chunks_cost(const int32_t* queries, int32_t num_queries,
+                                   const KvPieces& pieces, int32_t cap, TileClass min_tile) {
+  // Each chunk's rows are stored once, in a block shared by its pieces.
   for (int32_t q0 = 0; q0 < num_queries; q0 += cap) {
     const int32_t n = std::min(num_queries, q0 + cap) - q0;
-    blocks_.push_back(RowBlock{static_cast<int32_t>(row_query_.size()), n, kv_parts});
+    blocks_.push_back(RowBlock{static_cast<int32_t>(row_query_.size()), n, pieces.parts});
     if (n == 1) {
       row_query_.push_back(queries[q0]);
     } else {
       row_query_.insert(row_query_.end(), queries + q0, queries + q0 + n);
     }
-    CostItem c;
-    c.block = static_cast<int32_t>(blocks_.size()) - 1;
+    ItemSummary c;
     c.rows = n;
     c.tile = std::max(tile_for(n), min_tile);
-    if (rem > 0) {
-      c.kv_tokens = static_cast<int32_t>(base + 1);
-      c.count = static_cast<int32_t>(rem);
-      cost_items_.push_back(c);
-    }
-    if (base > 0) {
-      c.kv_tokens = static_cast<int32_t>(base);
-      c.count = kv_parts - static_cast<int32_t>(rem);
-      cost_items_.push_back(c);
-    }
+    const int32_t added = append_piece_summaries(pieces, c, &cost_items_);
+    item_block_.insert(item_block_.end(), added, static_cast<int32_t>(blocks_.size()) - 1);
   }
 }
 
@@ -323,7 +308,7 @@ Plan PlanBuilder::finish(SlotOrder order) {
 }
 
 double PlanBuilder::cost_us(const DeviceInfo& dev, double prune_above) {
-  TA_CHECK_INTERNAL(cost_only_, "cost_us() on a full PlanBuilder (use fast_plan_us)");
+  TA_CHECK_INTERNAL(cost_only_, "cost_us() on a full PlanBuilder (use estimate_plan_us)");
   std::vector<int32_t>& count = count_scratch_;
   count_rows(&count);
   int64_t num_slots = 0, merged = 0;
@@ -338,9 +323,9 @@ double PlanBuilder::cost_us(const DeviceInfo& dev, double prune_above) {
     for (int32_t r = b.begin; r < b.begin + b.size; ++r) b.partial += count[row_query_[r]] > 1;
   }
   for (size_t i = 0; i < cost_items_.size(); ++i)
-    cost_items_[i].partial_rows = blocks_[cost_items_[i].block].partial;
-  return items_cost_us(dev, plan_.shape, cost_items_.data(), cost_items_.size(), num_slots, merged,
-                       prune_above);
+    cost_items_[i].partial_rows = blocks_[item_block_[i]].partial;
+  return estimate_items_us(dev, plan_.shape, cost_items_.data(), cost_items_.size(), num_slots,
+                           merged, prune_above);
 }
 
 }  // namespace treeattn::planners

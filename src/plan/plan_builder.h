@@ -12,10 +12,9 @@
 // plus emit_group() (queries in chunks x a chain of slices cut into KV pieces, the shape of most
 // planners' items) and add_path_ranges() (a token window of a root path).
 //
-// A builder made with Mode::kCostOnly records only what the cost model reads (per item: rows,
-// KV tokens, tile class, whether it ends up masked; the rows' queries) and skips ranges, page ids
-// and mask words; cost_us() then
-// returns exactly fast_plan_us() of the plan the same calls would have built (auto scores its
+// A builder made with Mode::kCostOnly records only what the cost model reads (an ItemSummary per
+// item, and the rows' queries) and skips ranges, page ids and mask words; cost_us() then returns
+// exactly estimate_plan_us() of the plan the same calls would have built (auto scores its
 // candidates this way and materialises only the winner).
 #pragma once
 
@@ -24,6 +23,7 @@
 #include <limits>
 #include <vector>
 
+#include "treeattn/common/int_math.h"
 #include "treeattn/plan/cost_model.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"
@@ -38,9 +38,6 @@ struct Seg {
   int32_t len() const { return end - begin; }
 };
 
-/// ceil(a / b) for a >= 0, b >= 1.
-inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 /// The PlanShape the options describe for `tree`.
 PlanShape plan_shape(const PrefixTree& tree, const PlanOptions& opts);
 
@@ -54,25 +51,21 @@ enum class SlotOrder {
   kByQuery,  ///< query by query (a query's slots are contiguous), merge_slots[s] == s
 };
 
-/// What the cost model needs of one item (see cost_model.cc).
-struct CostItem {
-  int32_t rows = 0;          ///< queries (unpacked rows)
-  int32_t partial_rows = 0;  ///< of them, rows writing a partial slot
-  int32_t kv_tokens = 0;
-  TileClass tile = TileClass::kM16;
-  int32_t count = 1;    ///< identical items this entry stands for
-  int32_t block = -1;   ///< PlanBuilder (cost-only): the row block of its rows
-  bool masked = false;  ///< carries DeFT masks (the full plan's mask_begin >= 0)
+/// A chain of `total` tokens cut into `parts` near-equal KV pieces (parts clamped to
+/// [1, total]): piece p covers chain tokens [begin(p), begin(p + 1)), begin(p) = total * p /
+/// parts, so `rem` pieces hold base + 1 tokens and the other parts - rem pieces base tokens.
+struct KvPieces {
+  int64_t total = 0, base = 0, rem = 0;
+  int32_t parts = 1;
+  int64_t begin(int32_t p) const { return total * p / parts; }
 };
-
-/// The cost model's plan makespan (estimate_plan_us) over a list of items, computed with the LPT
-/// run over slots / kv_heads slot groups when kv_heads divides the slot count (exact: the
-/// kv_heads copies of every item land on identical slots). `merged_queries` = queries with a
-/// merge list. When a lower bound of the result already exceeds `prune_above` (by a relative
-/// 1e-9 margin), the bound is returned without running the LPT (it is still > prune_above).
-double items_cost_us(const DeviceInfo& dev, const PlanShape& shape, const CostItem* items,
-                     size_t num_items, int64_t num_slots, int64_t merged_queries,
-                     double prune_above = std::numeric_limits<double>::infinity());
+/// The pieces emit_group() cuts a chain of `total` >= 1 tokens into.
+KvPieces split_pieces(int64_t total, int32_t parts);
+/// Appends the cost model's summaries of one query chunk over every piece: `item` (rows, tile,
+/// partial rows) with kv_tokens = base + 1 for `rem` pieces, then base for the others (empty
+/// counts left out; the cost does not depend on the pieces' order). Returns the entries added.
+int32_t append_piece_summaries(const KvPieces& pieces, ItemSummary item,
+                               std::vector<ItemSummary>* out);
 
 class PlanBuilder {
  public:
@@ -129,15 +122,15 @@ class PlanBuilder {
   /// Assigns slots and merge lists (see SlotOrder), calls finalize_plan() and returns the plan.
   /// kPlan mode only (a cost-only builder keeps no plan: plan() stays empty).
   Plan finish(SlotOrder order = SlotOrder::kByRow);
-  /// fast_plan_us() of the plan a kPlan builder would finish() with the same calls (kCostOnly
-  /// mode only; see items_cost_us for prune_above).
+  /// estimate_plan_us() of the plan a kPlan builder would finish() with the same calls
+  /// (kCostOnly mode only; see estimate_items_us for prune_above).
   double cost_us(const DeviceInfo& dev,
                  double prune_above = std::numeric_limits<double>::infinity());
 
  private:
-  /// Cost-only emit_group over a chain of `total` tokens (kv_parts already clamped to [1, total]).
-  void emit_chunks_cost(const int32_t* queries, int32_t num_queries, int64_t total, int32_t cap,
-                        int32_t kv_parts, TileClass min_tile);
+  /// Cost-only emit_group over a chain cut into `pieces`.
+  void emit_chunks_cost(const int32_t* queries, int32_t num_queries, const KvPieces& pieces,
+                        int32_t cap, TileClass min_tile);
   /// Tile class of an item of `rows` queries (throws past 128 packed rows).
   TileClass tile_for(int32_t rows) const {
     const int32_t packed = rows * group_;
@@ -157,15 +150,17 @@ class PlanBuilder {
   std::vector<Seg> segs_;             // emit_chain
   bool item_masked_ = false;
   uint64_t cost_mask_and_ = ~0ull;  // kCostOnly: AND of the open item's masks
-  // kCostOnly: items as CostItems; their rows in blocks of row_query_ (emit_group stores a chunk's
-  // rows once for all its KV pieces: `copies` items share the block).
+  // kCostOnly: items as ItemSummaries (cost_items_, with the row block of each in item_block_);
+  // their rows in blocks of row_query_ (emit_group stores a chunk's rows once for all its KV
+  // pieces: `copies` items share the block).
   struct RowBlock {
     int32_t begin = 0, size = 0, copies = 1;
     int32_t partial = 0;  ///< rows whose query writes partials (cost_us)
   };
   std::vector<int32_t> row_query_;
   std::vector<RowBlock> blocks_;
-  std::vector<CostItem> cost_items_;
+  std::vector<ItemSummary> cost_items_;
+  std::vector<int32_t> item_block_;
   std::vector<int32_t> count_scratch_;
 };
 

@@ -1,54 +1,41 @@
-// make_plan(): validates the tree and the options, builds the PlanIndex once, dispatches to the
-// named planner (src/plan/planners.h: the planner table) and checks the result's internal
-// consistency.
+// make_plan(): validates the tree and the options, builds the TreeIndex once, dispatches to the
+// named planner (planners/planners.h: the planner table) and checks the result's internal
+// consistency; planner_names() from the same table.
 #include "treeattn/plan/planner.h"
 
 #include <algorithm>
 
-#include "planners.h"
+#include "planners/planners.h"
 #include "treeattn/common/error.h"
 
 namespace treeattn {
 
-namespace planners {
-
-const std::vector<PlannerEntry>& planner_table() {
-  static const std::vector<PlannerEntry> table = {{"query", query, SlotOrder::kByQuery},
-                                                  {"node", node, SlotOrder::kByQuery},
-                                                  {"node-chunk", node_chunk, SlotOrder::kByRow},
-                                                  {"flatten", flatten, SlotOrder::kByRow},
-                                                  {"fasttree", fasttree, SlotOrder::kByRow},
-                                                  {"pat", pat, SlotOrder::kByRow},
-                                                  {"forge", forge, SlotOrder::kByRow}};
-  return table;
-}
-
-const PlannerEntry* find_planner(const std::string& name) {
-  for (const PlannerEntry& e : planner_table())
-    if (name == e.name) return &e;
-  return nullptr;
-}
-
-Plan run_planner(const PlannerEntry& entry, const PrefixTree& tree, const PlanIndex& index,
-                 const PlanOptions& opts) {
-  PlanBuilder b(tree, opts, entry.name);
-  entry.fn(tree, index, opts, &b);
-  return b.finish(entry.order);
-}
-
-}  // namespace planners
-
 const std::vector<std::string>& planner_names() {
-  static const std::vector<std::string> names = {"query",    "node", "node-chunk", "flatten",
-                                                 "fasttree", "pat",  "forge",      "auto"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const planners::PlannerEntry& e : planners::planner_table()) n.push_back(e.name);
+    return n;
+  }();
   return names;
 }
 
+namespace {
+
+/// "query, node, ..., forge or auto": the accepted names for error messages.
+std::string planner_list_text() {
+  const std::vector<std::string>& names = planner_names();
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
+
+}  // namespace
+
 Plan make_plan(const PrefixTree& tree, const PlanOptions& opts) {
-  const auto& names = planner_names();
-  TA_CHECK_ARG(std::find(names.begin(), names.end(), opts.planner) != names.end(), "planner",
-               "unknown planner '", opts.planner,
-               "' (expected query, node, node-chunk, flatten, fasttree, pat, forge or auto)");
+  const planners::PlannerEntry* entry = planners::find_planner(opts.planner);
+  TA_CHECK_ARG(entry != nullptr, "planner", "unknown planner '", opts.planner, "' (expected ",
+               planner_list_text(), ")");
   TA_CHECK_ARG(opts.num_qo_heads >= 1, "num_qo_heads", "must be >= 1, got ", opts.num_qo_heads);
   TA_CHECK_ARG(opts.num_kv_heads >= 1, "num_kv_heads", "must be >= 1, got ", opts.num_kv_heads);
   TA_CHECK_ARG(opts.num_qo_heads % opts.num_kv_heads == 0, "num_kv_heads", opts.num_kv_heads,
@@ -62,12 +49,11 @@ Plan make_plan(const PrefixTree& tree, const PlanOptions& opts) {
                "dtype_bytes", "must be 1, 2 or 4, got ", opts.dtype_bytes);
   TA_CHECK_ARG(tree.page_size >= 1, "page_size", "must be >= 1, got ", tree.page_size);
   validate(tree);
-  const planners::PlanIndex index = planners::build_plan_index(tree);
+  const TreeIndex index = build_index(tree);
 
   const std::string& p = opts.planner;
-  const planners::PlannerEntry* entry = planners::find_planner(p);
-  Plan plan = entry != nullptr ? planners::run_planner(*entry, tree, index, opts)
-                               : planners::auto_plan(tree, index, opts);
+  Plan plan = entry->fn != nullptr ? planners::run_planner(*entry, tree, index, opts)
+                                   : planners::auto_plan(tree, index, opts);
   plan.planner = p;
   TA_CHECK_INTERNAL(plan.shape.num_queries == tree.num_queries() &&
                         plan.shape.num_qo_heads == opts.num_qo_heads &&

@@ -1,10 +1,11 @@
 // plan_stats(): bytes, padding, FLOPs and the cost-model time of a plan (see PlanStats).
 // padding_fraction weighs each item's wasted MMA rows by its KV tokens, i.e. it is the fraction
 // of issued row x token work that falls on padding rows.
+#include "treeattn/plan/stats.h"
+
 #include <algorithm>
 
 #include "treeattn/plan/cost_model.h"
-#include "treeattn/plan/planner.h"
 
 namespace treeattn {
 
@@ -28,10 +29,7 @@ PlanStats plan_stats(const PrefixTree& tree, const Plan& plan, const DeviceInfo&
     const ItemCost c =
         estimate_item(device, s, it.tile, static_cast<int32_t>(packed), it.kv_tokens, false);
     st.flops += c.flops * kvh;
-    // Rows the MMA issues, as in the cost model: kM16 always 16, larger classes whole m16 slabs.
-    const int64_t issued_rows =
-        it.tile == TileClass::kM16 ? 16 : std::max<int64_t>(16, (packed + 15) / 16 * 16);
-    issued += static_cast<double>(issued_rows) * it.kv_tokens;
+    issued += static_cast<double>(issued_mma_rows(it.tile, packed)) * it.kv_tokens;
     real += static_cast<double>(packed) * it.kv_tokens;
   }
   st.unique_kv_bytes = unique_tokens(tree) * kvh * D * 2 * dt;

@@ -67,7 +67,7 @@ PrefixTree tree_from_block_tables(const std::vector<std::vector<int32_t>>& block
     TA_CHECK_ARG(L >= 1, detail::concat("seq_lens[", r, "]"), "must be >= 1, got ", L);
     TA_CHECK_ARG(L <= std::numeric_limits<int32_t>::max(), detail::concat("seq_lens[", r, "]"),
                  "must be <= 2^31-1, got ", L);
-    const int64_t need = detail::ceil_div(L, P);
+    const int64_t need = ceil_div(L, P);
     TA_CHECK_ARG(static_cast<int64_t>(block_tables[r].size()) >= need,
                  detail::concat("block_tables[", r, "]"), "holds ", block_tables[r].size(),
                  " pages but seq_lens[", r, "]=", L, " needs ", need, " (page_size ", P, ")");
@@ -87,7 +87,7 @@ PrefixTree tree_from_block_tables(const std::vector<std::vector<int32_t>>& block
   std::vector<int32_t> request_end(block_tables.size());
   for (size_t r = 0; r < block_tables.size(); ++r) {
     const int64_t L = seq_lens[r];
-    const int64_t need = detail::ceil_div(L, P);
+    const int64_t need = ceil_div(L, P);
     int32_t cur = -1;
     for (int64_t k = 0; k < need; ++k) {
       const int32_t fill = static_cast<int32_t>(k + 1 < need ? P : L - (need - 1) * P);

@@ -505,14 +505,14 @@ PrefixTree tree_from_json(const std::string& text) {
     int64_t total = 0;
     for (int32_t i = 0; i < n; ++i) {
       const TreeNode& nd = tree.nodes[i];
-      total += detail::ceil_div(int64_t{nd.page_offset} + nd.tokens, tree.page_size);
+      total += ceil_div(int64_t{nd.page_offset} + nd.tokens, tree.page_size);
       TA_CHECK_ARG(total <= detail::kMaxBuilderPages, "nodes", "layout needs more than ",
                    detail::kMaxBuilderPages, " pages");
     }
     int32_t next = 0;
     for (int32_t i = 0; i < n; ++i) {
       TreeNode& nd = tree.nodes[i];
-      nd.pages.resize(detail::ceil_div(int64_t{nd.page_offset} + nd.tokens, tree.page_size));
+      nd.pages.resize(ceil_div(int64_t{nd.page_offset} + nd.tokens, tree.page_size));
       for (int32_t& p : nd.pages) p = next++;
     }
     max_page = next - 1;

@@ -104,7 +104,7 @@ void validate(const PrefixTree& tree) {
                  " (node id ", nd.id, ")");
     TA_CHECK_ARG(nd.page_offset >= 0 && nd.page_offset < P, node_name(i) + ".page_offset",
                  "must lie in [0, page_size=", P, "), got ", nd.page_offset);
-    const int64_t want = detail::ceil_div(int64_t{nd.page_offset} + nd.tokens, P);
+    const int64_t want = ceil_div(int64_t{nd.page_offset} + nd.tokens, P);
     TA_CHECK_ARG(static_cast<int64_t>(nd.pages.size()) == want, node_name(i) + ".pages", "has ",
                  nd.pages.size(), " pages but page_offset ", nd.page_offset, " + tokens ",
                  nd.tokens, " need ", want, " (page_size ", P, ")");
@@ -220,61 +220,58 @@ PrefixTree assemble_tree(const std::vector<int32_t>& parents, const std::vector<
 
 }  // namespace detail
 
-// Every vector is sized exactly before it is filled (children and queries_below are counted
-// first), and queries walk up their parent chain instead of materialising their paths.
+// Children and queries are counted first and filled into CSR arrays; queries walk up their
+// parent chain instead of materialising their paths.
 TreeIndex build_index(const PrefixTree& tree) {
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  for (int32_t i = 0; i < n; ++i) {
+    const TreeNode& nd = tree.nodes[i];
+    TA_CHECK_ARG(!nd.alive || nd.parent == kNoParent || (nd.parent >= 0 && nd.parent < n),
+                 node_name(i) + ".parent", "unknown parent index ", nd.parent);
+  }
   TreeIndex ix;
+  detail::children_csr(tree, &ix.child_ptr, &ix.child_ids, &ix.roots);
+  ix.preorder = detail::preorder_csr(ix.child_ptr, ix.child_ids, ix.roots);
   ix.depth.assign(n, 0);
   ix.start.assign(n, 0);
-  ix.children.resize(n);
-  ix.queries_below.resize(n);
-  std::vector<int32_t> count(n, 0);
-  for (int32_t i = 0; i < n; ++i) {
-    const TreeNode& nd = tree.nodes[i];
-    if (!nd.alive) continue;
-    if (nd.parent == kNoParent) {
-      ix.roots.push_back(i);
-    } else {
-      TA_CHECK_ARG(nd.parent >= 0 && nd.parent < n, node_name(i) + ".parent",
-                   "unknown parent index ", nd.parent);
-      ++count[nd.parent];
-    }
-  }
-  for (int32_t i = 0; i < n; ++i)
-    if (count[i] > 0) ix.children[i].reserve(count[i]);
-  for (int32_t i = 0; i < n; ++i) {
-    const TreeNode& nd = tree.nodes[i];
-    if (nd.alive && nd.parent != kNoParent) ix.children[nd.parent].push_back(i);
-  }
-  ix.preorder = detail::preorder_of(tree);
-  for (int32_t v : ix.preorder) {
+  for (const int32_t v : ix.preorder) {
     const int32_t p = tree.nodes[v].parent;
     if (p != kNoParent) {
       ix.depth[v] = ix.depth[p] + 1;
       ix.start[v] = ix.start[p] + tree.nodes[p].tokens;
     }
   }
-  // queries_below sizes: own queries summed up the tree (children after parents in preorder).
+  // Queries below each node: own counts summed bottom-up (64-bit: the total is the sum of the
+  // queries' path depths), then each query walks up its path.
   const int32_t nq = tree.num_queries();
-  std::fill(count.begin(), count.end(), 0);
+  ix.own_ptr.assign(n + 1, 0);
   for (int32_t q = 0; q < nq; ++q) {
     const int32_t v = tree.query_node[q];
     TA_CHECK_ARG(v >= 0 && v < n, detail::concat("query ", q), "unknown node index ", v);
-    ++count[v];
+    ++ix.own_ptr[v + 1];
   }
+  ix.below_ptr.assign(ix.own_ptr.begin(), ix.own_ptr.end());
   for (auto it = ix.preorder.rbegin(); it != ix.preorder.rend(); ++it) {
     const int32_t p = tree.nodes[*it].parent;
-    if (p != kNoParent) count[p] += count[*it];
+    if (p != kNoParent) ix.below_ptr[p + 1] += ix.below_ptr[*it + 1];
   }
-  for (int32_t v : ix.preorder)
-    if (count[v] > 0) ix.queries_below[v].reserve(count[v]);
+  for (int32_t i = 0; i < n; ++i) {
+    ix.below_ptr[i + 1] += ix.below_ptr[i];
+    ix.own_ptr[i + 1] += ix.own_ptr[i];
+  }
+  ix.own_ids.resize(nq);
+  std::vector<int32_t> own_fill(ix.own_ptr.begin(), ix.own_ptr.end() - 1);
+  for (int32_t q = 0; q < nq; ++q) ix.own_ids[own_fill[tree.query_node[q]]++] = q;
+  ix.below_ids.resize(static_cast<size_t>(ix.below_ptr[n]));
+  std::vector<int64_t> fill(ix.below_ptr.begin(), ix.below_ptr.end() - 1);
   for (int32_t q = 0; q < nq; ++q) {
     int32_t steps = 0;
     for (int32_t v = tree.query_node[q]; v != kNoParent; v = tree.nodes[v].parent) {
       TA_CHECK_ARG(v >= 0 && v < n && steps++ < n, detail::concat("query ", q),
                    "path is broken or cyclic at node index ", v);
-      ix.queries_below[v].push_back(q);
+      TA_CHECK_ARG(fill[v] < ix.below_ptr[v + 1], detail::concat("query ", q),
+                   "path reaches node index ", v, ", which is not live");
+      ix.below_ids[fill[v]++] = q;
     }
   }
   return ix;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "treeattn/common/int_math.h"
 #include "treeattn/tree/builders.h"
 #include "treeattn/tree/prefix_tree.h"
 
@@ -53,8 +54,5 @@ void shuffle_vec(std::vector<T>& v, std::mt19937_64& rng) {
     std::swap(v[i - 1], v[j]);
   }
 }
-
-/// ceil(a / b) for a >= 0, b >= 1.
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace treeattn::detail

@@ -87,7 +87,7 @@ void PrefixTree::append_tokens(int32_t q, int32_t k, const std::vector<int32_t>&
     TA_CHECK_ARG(int64_t{node.tokens} + k <= std::numeric_limits<int32_t>::max(), "k",
                  "node would exceed 2^31-1 tokens");
     const int64_t used = int64_t{node.page_offset} + node.tokens;
-    const int64_t need = detail::ceil_div(used + k, P) - detail::ceil_div(used, P);
+    const int64_t need = ceil_div(used + k, P) - ceil_div(used, P);
     std::vector<int32_t> fresh = take_pages(*this, need, new_pages);
     nodes[x].tokens += k;
     nodes[x].pages.insert(nodes[x].pages.end(), fresh.begin(), fresh.end());
@@ -103,7 +103,7 @@ void PrefixTree::append_tokens(int32_t q, int32_t k, const std::vector<int32_t>&
   child.parent = x;
   child.tokens = k;
   child.page_offset = static_cast<int32_t>((node_start(*this, x) + node.tokens) % P);
-  child.pages = take_pages(*this, detail::ceil_div(int64_t{child.page_offset} + k, P), new_pages);
+  child.pages = take_pages(*this, ceil_div(int64_t{child.page_offset} + k, P), new_pages);
   nodes.push_back(std::move(child));
   query_node[q] = static_cast<int32_t>(nodes.size()) - 1;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "treeattn/cpu/reference.h"
+#include "treeattn/plan/coverage.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/builders.h"
 #include "treeattn/tree/workloads.h"

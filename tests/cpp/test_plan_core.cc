@@ -12,7 +12,10 @@
 #include "../../src/plan/plan_builder.h"
 #include "treeattn/common/half.h"
 #include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/coverage.h"
 #include "treeattn/plan/planner.h"
+#include "treeattn/plan/ranges.h"
+#include "treeattn/plan/stats.h"
 #include "treeattn/tree/builders.h"
 
 namespace treeattn {
@@ -116,7 +119,7 @@ TEST(PlanCore, CoverageHonoursMasks) {
   for (const int32_t n : idx.preorder) {
     ranges.push_back(make_range(t, n, 0, t.nodes[n].tokens, &b.plan(), b.page_memo()));
     uint64_t m = 0;
-    for (const int32_t q : idx.queries_below[n]) m |= 1ull << q;
+    for (const int32_t q : idx.queries_below(n)) m |= 1ull << q;
     masks.push_back(m);
   }
   b.begin_item();
@@ -127,8 +130,8 @@ TEST(PlanCore, CoverageHonoursMasks) {
   EXPECT_NO_THROW(check_coverage(t, plan));
   // Range 1 is a leaf: hide it from the query below it (missing tokens) ...
   const int32_t leaf = idx.preorder[1];
-  ASSERT_EQ(idx.queries_below[leaf].size(), 1u);
-  const int32_t q_in = idx.queries_below[leaf][0], q_out = q_in == 0 ? 1 : 0;
+  ASSERT_EQ(idx.queries_below(leaf).size(), 1u);
+  const int32_t q_in = idx.queries_below(leaf)[0], q_out = q_in == 0 ? 1 : 0;
   Plan missing = plan;
   missing.masks[1] &= ~(1ull << q_in);
   EXPECT_THROW(check_coverage(t, missing), std::logic_error);

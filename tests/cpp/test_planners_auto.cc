@@ -1,6 +1,6 @@
 // auto's guarantee and the cost-model helpers the planners use: auto's estimated makespan is at
-// most the best other planner's on every embedded workload line (H200 and H100 presets);
-// fast_plan_us equals estimate_plan_us; the paper planners keep their defining structure
+// most the best other planner's on every embedded workload line (H200 and H100 presets); its
+// candidates are every other planner of the table; the paper planners keep their defining structure
 // (flatten's equal blocks and masks, fasttree's tile phases, PAT's packing rule, forge's profile
 // table).
 #include <gtest/gtest.h>
@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "../../src/plan/forge_profile.h"
-#include "../../src/plan/planner_util.h"
+#include "../../src/plan/cost/forge_profile.h"
+#include "../../src/plan/planners/planner_util.h"
+#include "../../src/plan/planners/planners.h"
 #include "treeattn/plan/cost_model.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/builders.h"
@@ -56,25 +57,28 @@ TEST(PlannersAuto, NeverWorseThanTheBestOtherPlanner) {
   }
 }
 
-TEST(PlannersAuto, FastPlanEstimateEqualsCostModel) {
-  RandomTreeOptions ro;
-  for (uint64_t seed = 1; seed <= 12; ++seed) {
-    const PrefixTree tree = random_tree(seed, ro);
-    for (const char* dev : {"h200", "a100"}) {
-      for (const auto& [qo, kv] : std::vector<std::pair<int, int>>{{32, 8}, {32, 32}, {28, 4}}) {
-        PlanOptions o;
-        o.num_qo_heads = qo;
-        o.num_kv_heads = kv;
-        o.device = device_preset(dev);
-        for (const std::string& p : {"query", "pat", "flatten"}) {
-          o.planner = p;
-          const Plan plan = make_plan(tree, o);
-          const double a = estimate_plan_us(o.device, plan);
-          const double b = planners::fast_plan_us(o.device, plan);
-          EXPECT_NEAR(a, b, 1e-9 * a) << p << " " << dev << " seed " << seed;
-        }
-      }
-    }
+TEST(PlannersAuto, CandidatesAreEveryOtherPlanner) {
+  // auto's candidate list and planner_names() come from the one planner table.
+  std::vector<std::string> names;
+  for (const planners::PlannerEntry* e : planners::auto_candidates()) names.push_back(e->name);
+  EXPECT_EQ(names, (std::vector<std::string>{"pat", "fasttree", "node", "forge", "query",
+                                             "node-chunk", "flatten"}));
+  std::vector<std::string> all = planner_names();
+  EXPECT_EQ(all.back(), "auto");
+  all.pop_back();
+  std::sort(all.begin(), all.end());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, all);
+  PlanOptions o;
+  o.planner = "nope";
+  try {
+    make_plan(random_tree(1, RandomTreeOptions{}), o);
+    ADD_FAILURE() << "unknown planner accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("query, node, node-chunk, flatten, fasttree, pat, forge "
+                                         "or auto"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "test_planners_util.h"
+#include "treeattn/plan/coverage.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/builders.h"
 #include "treeattn/tree/workloads.h"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "test_planners_util.h"
+#include "treeattn/plan/coverage.h"
 #include "treeattn/plan/incremental.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/builders.h"

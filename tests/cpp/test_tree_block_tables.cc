@@ -184,7 +184,7 @@ TEST(TreeBlockTables, RoundTripRandom) {
     for (int32_t v : ix.preorder) {
       bool has_query = false;
       for (int32_t q : t.query_node) has_query = has_query || q == v;
-      ASSERT_TRUE(has_query || ix.children[v].size() != 1) << "seed " << seed;
+      ASSERT_TRUE(has_query || ix.children(v).size() != 1) << "seed " << seed;
     }
   }
 }

@@ -184,7 +184,7 @@ TEST(TreeWorkloads, EveryWorkloadBuilds) {
     EXPECT_LE(t.num_queries(), 1024) << w.name;
     if (!w.generated) check_level_tree(w.spec, t);
     const TreeIndex ix = build_index(t);
-    for (int32_t v : ix.preorder) ASSERT_FALSE(ix.queries_below[v].empty()) << w.name;
+    for (int32_t v : ix.preorder) ASSERT_FALSE(ix.queries_below(v).empty()) << w.name;
     // Deterministic.
     testing_util::expect_same_tree(t, build_workload(w));
     testing_util::expect_same_tree(build_workload(w, PageLayout::kShuffled, 3),
@@ -225,11 +225,11 @@ TEST(TreeWorkloads, GeneratedShapes) {
     const TreeIndex ix = build_index(tr);
     int internal = 0;
     for (int32_t v : ix.preorder) {
-      const size_t c = ix.children[v].size();
+      const size_t c = ix.children(v).size();
       EXPECT_TRUE(c == 0 || c == 2);
       if (c == 2) {
         ++internal;
-        EXPECT_TRUE(ix.children[ix.children[v][1]].empty());  // right child is a leaf
+        EXPECT_TRUE(ix.children(ix.children(v)[1]).empty());  // right child is a leaf
       }
     }
     EXPECT_EQ(internal, d);

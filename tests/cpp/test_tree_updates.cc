@@ -218,7 +218,7 @@ TEST(TreeUpdates, RandomSequencesMatchModelAndRebuild) {
         // A query on a random live node: its tokens are a prefix of any query below it.
         const TreeIndex ix = build_index(t);
         const int32_t v = ix.preorder[rnd(0, ix.preorder.size() - 1)];
-        const int32_t below = ix.queries_below[v].front();
+        const int32_t below = ix.queries_below(v)[0];
         what = treeattn::detail::concat("add node", v);
         t.add_query(v);
         const size_t len = static_cast<size_t>(ix.start[v] + t.nodes[v].tokens);

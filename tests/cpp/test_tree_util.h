@@ -30,6 +30,9 @@ inline void expect_invalid(const std::function<void()>& fn,
   ADD_FAILURE() << "no std::invalid_argument thrown";
 }
 
+/// The values of an index span, for comparisons.
+inline std::vector<int32_t> ids(IdSpan s) { return std::vector<int32_t>(s.begin(), s.end()); }
+
 /// (page, slot) of every token query q attends, in order.
 inline std::vector<std::pair<int32_t, int32_t>> expand(const PrefixTree& t, int32_t q) {
   std::vector<std::pair<int32_t, int32_t>> out;

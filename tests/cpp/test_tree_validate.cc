@@ -2,6 +2,8 @@
 // derived views (build_index, query_path, query_context, unique_tokens) and a 100000-node chain.
 #include <gtest/gtest.h>
 
+#include <type_traits>
+
 #include "test_tree_util.h"
 #include "treeattn/tree/prefix_tree.h"
 
@@ -9,6 +11,7 @@ namespace treeattn {
 namespace {
 
 using testing_util::expect_invalid;
+using testing_util::ids;
 
 // root(id 10, 20 tokens) -> a(id 11, 5 tokens, starts mid-page) ; root -> b(id 12, 12 tokens).
 // P = 16. Queries on a, b and the root.
@@ -165,6 +168,29 @@ TEST(TreeValidate, DeepChain100000) {
   expect_invalid([&] { validate(t); }, {"cycle"});
 }
 
+TEST(TreeValidate, IndexCountsQueriesBelowIn64Bit) {
+  // queries_below holds sum over queries of path depth entries: a chain of 65,536 nodes with
+  // 65,537 queries on its last node needs 2^32 + 2^16 of them, past int32 offsets. That size
+  // does not fit a unit test's memory; this chain checks the 64-bit offsets on a smaller sum.
+  static_assert(std::is_same_v<decltype(TreeIndex::below_ptr)::value_type, int64_t>);
+  const int32_t n = 2048, nq = 2049;
+  PrefixTree t;
+  t.page_size = 1;
+  t.nodes.resize(n);
+  for (int32_t i = 0; i < n; ++i) t.nodes[i] = {i, i > 0 ? i - 1 : kNoParent, 1, 0, {i}, true};
+  t.num_pages = n;
+  t.query_node.assign(nq, n - 1);
+  ASSERT_NO_THROW(validate(t));
+  const TreeIndex ix = build_index(t);
+  EXPECT_EQ(ix.below_ptr.back(), int64_t{n} * nq);
+  for (const int32_t v : {0, n / 2, n - 1}) {
+    ASSERT_EQ(ix.queries_below(v).size(), static_cast<size_t>(nq));
+    EXPECT_EQ(ix.queries_below(v)[nq - 1], nq - 1);
+  }
+  EXPECT_EQ(ix.own_queries(n - 1).size(), static_cast<size_t>(nq));
+  EXPECT_TRUE(ix.own_queries(0).empty());
+}
+
 TEST(TreeValidate, IndexViews) {
   PrefixTree t = small_tree();
   t.nodes.push_back({13, 2, 3, 0, {3}, true});  // unused leaf under b (slot 0 of page 3 is free)
@@ -174,12 +200,12 @@ TEST(TreeValidate, IndexViews) {
   EXPECT_EQ(ix.roots, std::vector<int32_t>({0}));
   EXPECT_EQ(ix.depth, std::vector<int32_t>({0, 1, 1, 2}));
   EXPECT_EQ(ix.start, std::vector<int64_t>({0, 20, 20, 32}));
-  EXPECT_EQ(ix.children[0], std::vector<int32_t>({1, 2}));
-  EXPECT_EQ(ix.children[2], std::vector<int32_t>({3}));
+  EXPECT_EQ(ids(ix.children(0)), std::vector<int32_t>({1, 2}));
+  EXPECT_EQ(ids(ix.children(2)), std::vector<int32_t>({3}));
   EXPECT_EQ(ix.preorder, std::vector<int32_t>({0, 1, 2, 3}));
-  EXPECT_EQ(ix.queries_below[0], std::vector<int32_t>({0, 1, 2}));
-  EXPECT_EQ(ix.queries_below[1], std::vector<int32_t>({0}));
-  EXPECT_TRUE(ix.queries_below[3].empty());
+  EXPECT_EQ(ids(ix.queries_below(0)), std::vector<int32_t>({0, 1, 2}));
+  EXPECT_EQ(ids(ix.queries_below(1)), std::vector<int32_t>({0}));
+  EXPECT_TRUE(ix.queries_below(3).empty());
   EXPECT_EQ(query_path(t, 1), std::vector<int32_t>({0, 2}));
   EXPECT_EQ(query_context(t, 0), 25);
   EXPECT_EQ(query_context(t, 1), 32);
@@ -198,7 +224,7 @@ TEST(TreeValidate, ForestRandomTreesAreValid) {
     testing_util::expect_distinct_slots(t);
     // Every live node is used by a query, every leaf carries one.
     const TreeIndex ix = build_index(t);
-    for (int32_t v : ix.preorder) ASSERT_FALSE(ix.queries_below[v].empty()) << "seed " << seed;
+    for (int32_t v : ix.preorder) ASSERT_FALSE(ix.queries_below(v).empty()) << "seed " << seed;
     // Deterministic per seed.
     testing_util::expect_same_tree(t, random_tree(seed, opts));
   }

@@ -34,6 +34,7 @@
 #include "treeattn/cpu/reference.h"
 #include "treeattn/kernels/decode.h"
 #include "treeattn/plan/planner.h"
+#include "treeattn/plan/stats.h"
 
 namespace treeattn::cli {
 namespace {

@@ -28,6 +28,7 @@
 #include "commands.h"
 #include "inputs.h"
 #include "treeattn/cpu/reference.h"
+#include "treeattn/plan/coverage.h"
 #include "treeattn/plan/planner.h"
 
 namespace treeattn::cli {

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "inputs.h"
 #include "treeattn/plan/planner.h"
+#include "treeattn/plan/stats.h"
 
 namespace treeattn::cli {
 namespace {

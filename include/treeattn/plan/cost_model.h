@@ -3,6 +3,7 @@
 // CTA slots; plus launches and the merge pass.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
 #include <vector>
@@ -18,21 +19,27 @@ struct ItemCost {
   double us = 0;     ///< estimated CTA time in microseconds
 };
 
+/// Rows the tensor-core MMA issues for `packed_rows` rows of tile class `tile`: kM16 always 16,
+/// kM64/kM128 whole m16 slabs (warps without rows skip), at least 16.
+inline int64_t issued_mma_rows(TileClass tile, int64_t packed_rows) {
+  return tile == TileClass::kM16 ? 16 : std::max<int64_t>(16, (packed_rows + 15) / 16 * 16);
+}
+
 /// Cost of one CTA processing `packed_rows` rows (queries x group) against `kv_tokens` tokens of
 /// one KV head with tile class `tile`; `writes_partial` adds the fp32 partial write.
 ItemCost estimate_item(const DeviceInfo& dev, const PlanShape& shape, TileClass tile,
                        int32_t packed_rows, int64_t kv_tokens, bool writes_partial);
 
-/// What the plan-level model reads of one work item (added: the one cost path that
-/// estimate_plan_us and the planners' cost-only scoring share).
+/// What the plan-level model reads of one work item: the one cost path that estimate_plan_us and
+/// the planners' cost-only scoring (PlanBuilder's cost-only mode, auto) share.
 struct ItemSummary {
   int32_t rows = 0;          ///< queries (unpacked rows)
   int32_t partial_rows = 0;  ///< of them, rows writing a partial slot
   int32_t kv_tokens = 0;
   TileClass tile = TileClass::kM16;
   int64_t count = 1;  ///< identical items this entry stands for
-  /// Added: the item carries DeFT masks (WorkItem::mask_begin >= 0); its CTA time is scaled by
-  /// 1 + DeviceInfo::mask_penalty.
+  /// The item carries DeFT masks (WorkItem::mask_begin >= 0); its CTA time is scaled by
+  /// 1 + DeviceInfo::mask_penalty (kM64/kM128) or 1 + DeviceInfo::mask_penalty_m16 (kM16).
   bool masked = false;
 };
 
@@ -41,12 +48,12 @@ struct ItemSummary {
 bool model_uses_wide_m16(const DeviceInfo& dev, int64_t m16_ctas);
 
 /// Cost of one CTA as in estimate_plan_us (`wide`: kM16 run as the wide variant; counts are
-/// packed rows). Added for planners that evaluate many items.
+/// packed rows), for planners that evaluate many items.
 ItemCost estimate_cta(const DeviceInfo& dev, const PlanShape& shape, TileClass tile, bool wide,
                       int64_t packed_rows, int64_t partial_packed_rows, int64_t kv_tokens);
 
-/// estimate_plan_us over item summaries (added): `num_slots` partial slots, `merged_queries`
-/// queries with a merge list. When a lower bound of the result already exceeds `prune_above`
+/// estimate_plan_us over item summaries: `num_slots` partial slots, `merged_queries` queries with
+/// a merge list. When a lower bound of the result already exceeds `prune_above`
 /// (by a relative 1e-9), that bound is returned without the LPT (still > prune_above).
 double estimate_items_us(const DeviceInfo& dev, const PlanShape& shape, const ItemSummary* items,
                          size_t num_items, int64_t num_slots, int64_t merged_queries,

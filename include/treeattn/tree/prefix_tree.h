@@ -14,6 +14,7 @@
 // Query q is row q of the caller's q tensor.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,12 +25,12 @@ inline constexpr int32_t kNoParent = -1;
 
 /// One node: a run of KV tokens continuing its parent's sequence (see file comment for pages).
 struct TreeNode {
-  int64_t id = 0;                 ///< user-visible id (JSON "id"); unique among live nodes
-  int32_t parent = kNoParent;     ///< index into PrefixTree::nodes, or kNoParent for a root
-  int32_t tokens = 0;             ///< >= 1 for a live node
-  int32_t page_offset = 0;        ///< slot of token 0 in pages[0], in [0, page_size)
-  std::vector<int32_t> pages;     ///< ceil((page_offset + tokens) / page_size) page ids
-  bool alive = true;              ///< false for a slot freed by remove_query (kept so indices stay stable)
+  int64_t id = 0;              ///< user-visible id (JSON "id"); unique among live nodes
+  int32_t parent = kNoParent;  ///< index into PrefixTree::nodes, or kNoParent for a root
+  int32_t tokens = 0;          ///< >= 1 for a live node
+  int32_t page_offset = 0;     ///< slot of token 0 in pages[0], in [0, page_size)
+  std::vector<int32_t> pages;  ///< ceil((page_offset + tokens) / page_size) page ids
+  bool alive = true;  ///< false for a slot freed by remove_query (kept so indices stay stable)
 };
 
 /// Optional model shape carried by JSON trees and workload lines (0 = not given).
@@ -42,11 +43,11 @@ struct ModelShape {
 /// A forest of TreeNodes over paged KV, plus the decode queries attached to its nodes.
 /// Plain data: builders and updates live in the functions below and in tree/builders.h.
 struct PrefixTree {
-  int32_t page_size = 16;               ///< P >= 1 tokens per page
-  int32_t num_pages = 0;                ///< page ids must lie in [0, num_pages)
-  std::vector<TreeNode> nodes;          ///< indexed by node index; dead slots have alive == false
-  std::vector<int32_t> query_node;      ///< query q attends root -> nodes[query_node[q]]
-  ModelShape shape;                     ///< optional heads/head_dim from JSON or a workload line
+  int32_t page_size = 16;           ///< P >= 1 tokens per page
+  int32_t num_pages = 0;            ///< page ids must lie in [0, num_pages)
+  std::vector<TreeNode> nodes;      ///< indexed by node index; dead slots have alive == false
+  std::vector<int32_t> query_node;  ///< query q attends root -> nodes[query_node[q]]
+  ModelShape shape;                 ///< optional heads/head_dim from JSON or a workload line
 
   int32_t num_queries() const { return static_cast<int32_t>(query_node.size()); }
 
@@ -77,15 +78,47 @@ struct PrefixTree {
 /// query on an unknown or dead node.
 void validate(const PrefixTree& tree);
 
-/// Derived views, computed in O(nodes).
-struct TreeIndex {
-  std::vector<int32_t> depth;            ///< roots have depth 0
-  std::vector<int64_t> start;            ///< absolute position of the node's token 0
-  std::vector<std::vector<int32_t>> children;
-  std::vector<std::vector<int32_t>> queries_below;  ///< queries whose path contains the node
-  std::vector<int32_t> roots;
-  std::vector<int32_t> preorder;         ///< live nodes, parents before children
+/// A read-only run of int32 values (one row of a TreeIndex CSR array).
+struct IdSpan {
+  const int32_t* first = nullptr;
+  const int32_t* last = nullptr;
+  const int32_t* begin() const { return first; }
+  const int32_t* end() const { return last; }
+  const int32_t* data() const { return first; }
+  size_t size() const { return static_cast<size_t>(last - first); }
+  bool empty() const { return first == last; }
+  int32_t operator[](size_t i) const { return first[i]; }
 };
+
+/// Derived views of a tree, in flat (CSR) arrays: a handful of allocations instead of vectors
+/// per node. Orders: preorder with children in index order, children in index order, queries in
+/// query order. Computed in O(nodes + sum over queries of path depth); that sum may pass 2^31,
+/// so the queries_below offsets are 64-bit.
+struct TreeIndex {
+  std::vector<int32_t> depth;                 ///< per node; roots have depth 0
+  std::vector<int64_t> start;                 ///< per node: absolute position of the node's token 0
+  std::vector<int32_t> roots;                 ///< live roots in index order
+  std::vector<int32_t> preorder;              ///< live nodes, parents before children
+  std::vector<int32_t> child_ptr, child_ids;  ///< children of node v: [child_ptr[v], [v + 1])
+  std::vector<int32_t> own_ptr, own_ids;      ///< queries attached to node v itself
+  std::vector<int64_t> below_ptr;             ///< queries whose path contains node v
+  std::vector<int32_t> below_ids;
+
+  /// Live children of node v, in index order.
+  IdSpan children(int32_t v) const {
+    return {child_ids.data() + child_ptr[v], child_ids.data() + child_ptr[v + 1]};
+  }
+  /// Queries attached to node v itself, in query order.
+  IdSpan own_queries(int32_t v) const {
+    return {own_ids.data() + own_ptr[v], own_ids.data() + own_ptr[v + 1]};
+  }
+  /// Queries whose path contains node v, in query order.
+  IdSpan queries_below(int32_t v) const {
+    return {below_ids.data() + below_ptr[v], below_ids.data() + below_ptr[v + 1]};
+  }
+};
+/// The index of `tree`; throws std::invalid_argument on an unknown parent index or a query on
+/// an unknown node or a broken (cyclic) path.
 TreeIndex build_index(const PrefixTree& tree);
 
 /// Nodes on query q's path, root first.

@@ -5,7 +5,7 @@
 // tokens; a chunk may start or end mid-node) whose partials the merge combines.
 #include <algorithm>
 
-#include "plan_builder.h"
+#include "../plan_builder.h"
 #include "planner_util.h"
 #include "planners.h"
 
@@ -16,7 +16,7 @@ constexpr int64_t kMinChunkTokens = 256;
 constexpr int64_t kTargetWaves = 2;
 }  // namespace
 
-void query(const PrefixTree& tree, const PlanIndex& /*index*/, const PlanOptions& opts,
+void query(const PrefixTree& tree, const TreeIndex& /*index*/, const PlanOptions& opts,
            PlanBuilder* b) {
   const int64_t nq = tree.num_queries();
   const int64_t ctas = nq * opts.num_kv_heads;

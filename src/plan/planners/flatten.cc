@@ -15,7 +15,7 @@ namespace {
 
 class Flattener {
  public:
-  Flattener(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts, PlanBuilder* b)
+  Flattener(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, PlanBuilder* b)
       : tree_(tree),
         index_(index),
         b_(*b),
@@ -69,7 +69,7 @@ class Flattener {
                     cap_full_, 1);
     } else {
       const int32_t cap = cap_masked_;
-      const int32_t chunks = static_cast<int32_t>(cdiv(nq, cap));
+      const int32_t chunks = static_cast<int32_t>(ceil_div(nq, cap));
       const int32_t ns = static_cast<int32_t>(slices_.size());
       bits_.assign(static_cast<size_t>(ns) * chunks, 0);
       for (int32_t j = 0; j < ns; ++j)
@@ -88,7 +88,7 @@ class Flattener {
   }
 
   const PrefixTree& tree_;
-  const PlanIndex& index_;
+  const TreeIndex& index_;
   PlanBuilder& b_;
   int32_t cap_masked_, cap_full_;
   std::vector<int32_t> stamp_, pos_, uni_;
@@ -99,7 +99,7 @@ class Flattener {
 
 }  // namespace
 
-void flatten(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts,
+void flatten(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
              PlanBuilder* b) {
   Flattener f(tree, index, opts, b);
   f.flatten(even_block_tokens(used_tokens(tree, index), opts));

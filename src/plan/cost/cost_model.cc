@@ -77,9 +77,8 @@ struct CtaModel {
     ItemCost c;
     c.bytes = static_cast<double>(kv) * D * 2.0 * dt + packed * D * dt + partial * (D * 4.0 + 4.0) +
               (packed - partial) * D * dt;
-    const int64_t issued =
-        tile == TileClass::kM16 ? 16 : std::max<int64_t>(16, (packed + 15) / 16 * 16);
-    c.flops = 4.0 * static_cast<double>(issued) * static_cast<double>((kv + 63) / 64 * 64) * D;
+    c.flops = 4.0 * static_cast<double>(issued_mma_rows(tile, packed)) *
+              static_cast<double>((kv + 63) / 64 * 64) * D;
     const int k = static_cast<int>(tile);
     const double lat =
         static_cast<double>((kv + tile_tokens[k] - 1) / tile_tokens[k]) * tile_lat[k];

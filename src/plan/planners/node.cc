@@ -5,19 +5,19 @@
 // writes its output directly when its path yields exactly one row.
 #include <algorithm>
 
-#include "plan_builder.h"
+#include "../plan_builder.h"
 #include "planner_util.h"
 #include "planners.h"
 
 namespace treeattn::planners {
 
-void node(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts, PlanBuilder* b) {
+void node(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, PlanBuilder* b) {
   const int64_t cap = max_queries_per_item(opts, /*masked=*/false);
   for (const int32_t n : index.preorder) {
     const IdSpan qs = index.queries_below(n);
     if (qs.empty()) continue;
     const int64_t m = static_cast<int64_t>(qs.size());
-    const int64_t parts = cdiv(m, cap);
+    const int64_t parts = ceil_div(m, cap);
     for (int64_t p = 0; p < parts; ++p) {
       const int64_t q0 = p * m / parts, q1 = (p + 1) * m / parts;
       b->begin_item();

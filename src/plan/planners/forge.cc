@@ -18,7 +18,7 @@
 #include <tuple>
 #include <vector>
 
-#include "forge_profile.h"
+#include "../cost/forge_profile.h"
 #include "planner_util.h"
 #include "planners.h"
 
@@ -46,7 +46,7 @@ struct TaskClass {
 
 }  // namespace
 
-void forge(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts,
+void forge(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
            PlanBuilder* b) {
   const PlanShape shape = plan_shape(tree, opts);
   const ForgeEstimator est(opts.device, shape);
@@ -63,7 +63,7 @@ void forge(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& op
     const int32_t nq = static_cast<int32_t>(index.queries_below(v).size());
     if (nq == 0) continue;
     TaskClass t;
-    t.chunks = static_cast<int32_t>(cdiv(nq, cap));
+    t.chunks = static_cast<int32_t>(ceil_div(nq, cap));
     t.rows = std::min(nq, cap) * group;
     t.tokens = tree.nodes[v].tokens;
     // Rows write the final output only when this node is the whole path of all its queries.
@@ -96,7 +96,7 @@ void forge(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& op
     return static_cast<int32_t>(std::clamp<double>(k, 1.0, t.max_parts));
   };
   auto piece_cost = [&](const TaskClass& t, int32_t parts) {
-    return est(t.rows, cdiv(t.tokens, parts), t.partial || parts > 1);
+    return est(t.rows, ceil_div(t.tokens, parts), t.partial || parts > 1);
   };
   auto avg_load = [&](double c) {
     double sum = 0;

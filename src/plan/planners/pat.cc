@@ -19,39 +19,26 @@
 
 namespace treeattn::planners {
 
-void pat(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts, PlanBuilder* b) {
-  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+void pat(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, PlanBuilder* b) {
   const int64_t cap = max_queries_per_item(opts, /*masked=*/false);
-  std::vector<int64_t> chain(n, 0);
-  std::vector<char> merged(n, 0);
-  for (const int32_t u : index.preorder) {
-    int64_t rest = static_cast<int64_t>(index.queries_below(u).size());
-    if (rest == 0) continue;
-    const int32_t p = tree.nodes[u].parent;
-    chain[u] = tree.nodes[u].tokens + (p != kNoParent && merged[u] ? chain[p] : 0);
-    for (const int32_t c : index.children(u)) {
-      const int64_t s_c = static_cast<int64_t>(index.queries_below(c).size());
-      if (s_c == 0) continue;
-      const int64_t extra = cdiv(s_c, cap) + cdiv(rest - s_c, cap) - cdiv(rest, cap);
-      if (4 * s_c > extra * chain[u]) {
-        merged[c] = 1;
-        rest -= s_c;
-      }
-    }
-  }
-  const ChainGroups cg = chain_groups(tree, index, merged);
+  // Fold c into u when 4 * s_c > extra * len(u's chain), extra = CTAs added by the fold.
+  const ChainGroups cg =
+      fold_chains(tree, index, [cap](int64_t rest, int64_t chain_u, int64_t s_c, int64_t) {
+        const int64_t extra = ceil_div(s_c, cap) + ceil_div(rest - s_c, cap) - ceil_div(rest, cap);
+        return 4 * s_c > extra * chain_u;
+      });
 
   // Long-KV split against the mean KV length over all CTAs.
   int64_t ctas = 0, kv = 0;
   for (const ChainGroups::Group& g : cg.groups) {
-    const int64_t k = cdiv(g.num_queries(), cap);
+    const int64_t k = ceil_div(g.num_queries(), cap);
     ctas += k;
     kv += k * g.len;
   }
-  const int64_t mean = std::max<int64_t>(1, cdiv(kv, std::max<int64_t>(ctas, 1)));
+  const int64_t mean = std::max<int64_t>(1, ceil_div(kv, std::max<int64_t>(ctas, 1)));
 
   for (const ChainGroups::Group& g : cg.groups) {
-    const int32_t parts = static_cast<int32_t>(g.len > mean ? cdiv(g.len, mean) : 1);
+    const int32_t parts = static_cast<int32_t>(g.len > mean ? ceil_div(g.len, mean) : 1);
     b->emit_chain(g.node, g.top, g.len, cg.queries.data() + g.q_begin, g.num_queries(),
                   static_cast<int32_t>(cap), parts);
   }

@@ -16,8 +16,8 @@
 //     own cost model auto is never worse than any of them.
 // Speed: the own split candidates share one list of query chunks and are scored straight from it
 // (own_cost_us, the same items a cost-only builder would record); the other planners are scored
-// with cost-only PlanBuilders (items' rows, KV tokens and tiles; no
-// ranges or pages), whose cost equals fast_plan_us of the full plan; a candidate whose lower bound
+// with cost-only PlanBuilders (items' rows, KV tokens and tiles; no ranges or pages), whose cost
+// equals estimate_plan_us of the full plan; a candidate whose lower bound
 // (longest CTA, CTA time / slots, global bytes and FLOPs) cannot beat the best so far skips its
 // LPT. Only the winner is built as a full Plan.
 #include <algorithm>
@@ -32,7 +32,7 @@ namespace {
 
 class AutoPlanner {
  public:
-  AutoPlanner(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts)
+  AutoPlanner(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts)
       : tree_(tree),
         index_(index),
         opts_(opts),
@@ -53,9 +53,6 @@ class AutoPlanner {
   }
 
   ChainGroups group() const {
-    const int32_t n = static_cast<int32_t>(tree_.nodes.size());
-    std::vector<int64_t> chain(n, 0);
-    std::vector<char> merged(n, 0);
     // Keeping c apart gives each of its queries one more partial slot: its bytes in the merge
     // pass, and one more step of the merge CTAs' serial chain averaged over the queries.
     const int64_t passes =
@@ -65,24 +62,12 @@ class AutoPlanner {
                                      (opts_.device.hbm_read_GBps * 1e3) +
                                  static_cast<double>(passes) * opts_.device.merge_slot_us /
                                      std::max<int64_t>(1, tree_.num_queries());
-    for (const int32_t u : index_.preorder) {
-      int64_t rest = static_cast<int64_t>(index_.queries_below(u).size());
-      if (rest == 0) continue;
-      const int32_t p = tree_.nodes[u].parent;
-      chain[u] = tree_.nodes[u].tokens + (p != kNoParent && merged[u] ? chain[p] : 0);
-      for (const int32_t c : index_.children(u)) {
-        const int64_t s_c = static_cast<int64_t>(index_.queries_below(c).size());
-        if (s_c == 0) continue;
-        const int64_t len_c = tree_.nodes[c].tokens;
-        const double keep = T(rest, chain[u]) + T(s_c, len_c) + s_c * merge_read_us;
-        const double fold = T(rest - s_c, chain[u]) + T(s_c, chain[u] + len_c);
-        if (fold < keep) {
-          merged[c] = 1;
-          rest -= s_c;
-        }
-      }
-    }
-    return chain_groups(tree_, index_, merged);
+    return fold_chains(tree_, index_,
+                       [&](int64_t rest, int64_t chain_u, int64_t s_c, int64_t len_c) {
+                         const double keep = T(rest, chain_u) + T(s_c, len_c) + s_c * merge_read_us;
+                         const double fold = T(rest - s_c, chain_u) + T(s_c, chain_u + len_c);
+                         return fold < keep;
+                       });
   }
 
   /// KV pieces of each group when chains longer than `thr` tokens are split into pieces <= thr.
@@ -90,7 +75,7 @@ class AutoPlanner {
     parts->resize(cg.groups.size());
     for (size_t i = 0; i < cg.groups.size(); ++i) {
       const int64_t len = cg.groups[i].len;
-      (*parts)[i] = static_cast<int32_t>(len > thr ? cdiv(len, thr) : 1);
+      (*parts)[i] = static_cast<int32_t>(len > thr ? ceil_div(len, thr) : 1);
     }
   }
 
@@ -114,7 +99,7 @@ class AutoPlanner {
     for (size_t i = 0; i < cg.groups.size(); ++i) {
       const ChainGroups::Group& g = cg.groups[i];
       if (g.num_queries() <= 0 || g.len <= 0) continue;
-      const int32_t kp = clamp_parts(parts[i], g.len);
+      const int32_t kp = split_pieces(g.len, parts[i]).parts;
       for (int32_t k = g.q_begin; k < g.q_end; ++k) count_[cg.queries[k]] += kp;
     }
     int64_t num_slots = 0, merged = 0;
@@ -126,33 +111,15 @@ class AutoPlanner {
     items_.clear();
     for (const Chunk& ch : chunks_) {
       const ChainGroups::Group& g = cg.groups[ch.group];
-      const int32_t kp = clamp_parts(parts[ch.group], g.len);
-      int32_t partial = 0;
-      for (int32_t k = ch.q_begin; k < ch.q_begin + ch.rows; ++k)
-        partial += count_[cg.queries[k]] > 1;
-      const int64_t base = g.len / kp, rem = g.len % kp;
       ItemSummary it;
       it.rows = ch.rows;
-      it.partial_rows = partial;
+      for (int32_t k = ch.q_begin; k < ch.q_begin + ch.rows; ++k)
+        it.partial_rows += count_[cg.queries[k]] > 1;
       it.tile = ch.tile;
-      if (rem > 0) {
-        it.kv_tokens = static_cast<int32_t>(base + 1);
-        it.count = rem;
-        items_.push_back(it);
-      }
-      if (base > 0) {
-        it.kv_tokens = static_cast<int32_t>(base);
-        it.count = kp - rem;
-        items_.push_back(it);
-      }
+      append_piece_summaries(split_pieces(g.len, parts[ch.group]), it, &items_);
     }
     return estimate_items_us(opts_.device, shape_, items_.data(), items_.size(), num_slots, merged,
                              bound());
-  }
-
-  /// emit_chain's clamp of the KV pieces to [1, len].
-  static int32_t clamp_parts(int32_t parts, int64_t len) {
-    return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(parts, len)));
   }
 
   /// The query chunks emit() cuts every group into (cap_ queries each, filled greedily).
@@ -176,7 +143,7 @@ class AutoPlanner {
   Plan run() {
     const ChainGroups cg = group();
     int64_t work = 0;
-    for (const ChainGroups::Group& g : cg.groups) work += cdiv(g.num_queries(), cap_) * g.len;
+    for (const ChainGroups::Group& g : cg.groups) work += ceil_div(g.num_queries(), cap_) * g.len;
     const int64_t share = work * opts_.num_kv_heads;
     const int64_t slots = device_slots(opts_.device);
     // Own candidates: no split, then the total work spread over 1/2, 1, 2, 4 waves of slots.
@@ -197,14 +164,11 @@ class AutoPlanner {
       consider(own_cost_us(cg, prev_parts), static_cast<int32_t>(i));
     }
     // The guarantee: every other planner is a candidate too.
-    static const char* const kOthers[] = {"pat",   "fasttree",   "node",   "forge",
-                                          "query", "node-chunk", "flatten"};
-    std::vector<const PlannerEntry*> others;
-    for (const char* name : kOthers) {
-      others.push_back(find_planner(name));
-      PlanBuilder b(tree_, opts_, name, PlanBuilder::Mode::kCostOnly);
-      others.back()->fn(tree_, index_, opts_, &b);
-      consider(b.cost_us(opts_.device, bound()), -static_cast<int32_t>(others.size()));
+    const std::vector<const PlannerEntry*>& others = auto_candidates();
+    for (size_t i = 0; i < others.size(); ++i) {
+      PlanBuilder b(tree_, opts_, others[i]->name, PlanBuilder::Mode::kCostOnly);
+      others[i]->fn(tree_, index_, opts_, &b);
+      consider(b.cost_us(opts_.device, bound()), -1 - static_cast<int32_t>(i));
     }
     if (best_ >= 0) {
       PlanBuilder b(tree_, opts_, "auto");
@@ -247,7 +211,7 @@ class AutoPlanner {
   }
 
   const PrefixTree& tree_;
-  const PlanIndex& index_;
+  const TreeIndex& index_;
   const PlanOptions& opts_;
   PlanShape shape_;
   int32_t cap_, group_;
@@ -272,7 +236,7 @@ class AutoPlanner {
 
 }  // namespace
 
-Plan auto_plan(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts) {
+Plan auto_plan(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts) {
   return AutoPlanner(tree, index, opts).run();
 }
 

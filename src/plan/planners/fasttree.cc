@@ -41,32 +41,16 @@ struct CostModel {
 
 }  // namespace
 
-void fasttree(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts,
+void fasttree(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
               PlanBuilder* b) {
   const int32_t group = std::max(1, opts.num_qo_heads / opts.num_kv_heads);
   CostModel cm{std::max(1, 64 / group), std::max(1, 16 / group), opts.head_dim};
-  const int32_t n = static_cast<int32_t>(tree.nodes.size());
-  std::vector<int64_t> L(n, 0);
-  std::vector<char> concat(n, 0);
-  for (const int32_t v : index.preorder) L[v] = tree.nodes[v].tokens;
-  for (const int32_t v : index.preorder) {
-    int64_t nq_curr = static_cast<int64_t>(index.queries_below(v).size());
-    if (nq_curr == 0) continue;
-    const int64_t len_v = L[v];
-    for (const int32_t l : index.children(v)) {
-      const int64_t nq_l = static_cast<int64_t>(index.queries_below(l).size());
-      if (nq_l == 0) continue;
-      const int64_t len_l = L[l];
-      const double c0 = cm.cp(nq_curr, len_v) + cm.cp(nq_l, len_l) + kGamma * nq_l * cm.d;
-      const double c1 = cm.cp(nq_curr - nq_l, len_v) + cm.cp(nq_l, len_v + len_l);
-      if (c0 > c1) {
-        concat[l] = 1;
-        nq_curr -= nq_l;
-        L[l] = len_l + len_v;
-      }
-    }
-  }
-  const ChainGroups cg = chain_groups(tree, index, concat);
+  const ChainGroups cg =
+      fold_chains(tree, index, [&cm](int64_t nq_curr, int64_t len_v, int64_t nq_l, int64_t len_l) {
+        const double c0 = cm.cp(nq_curr, len_v) + cm.cp(nq_l, len_l) + kGamma * nq_l * cm.d;
+        const double c1 = cm.cp(nq_curr - nq_l, len_v) + cm.cp(nq_l, len_v + len_l);
+        return c0 > c1;
+      });
 
   // Phases and long-context splitting.
   const int64_t kv_heads = opts.num_kv_heads;
@@ -75,14 +59,14 @@ void fasttree(const PrefixTree& tree, const PlanIndex& index, const PlanOptions&
   for (size_t i = 0; i < cg.groups.size(); ++i) {
     const int32_t nq = cg.groups[i].num_queries();
     cap[i] = static_cast<int32_t>(nq <= cm.qt16 ? cm.qt16 : cm.qt64);
-    work += cdiv(nq, cap[i]) * cg.groups[i].len;
+    work += ceil_div(nq, cap[i]) * cg.groups[i].len;
   }
   const int64_t thr =
-      std::max<int64_t>(kMinSplitTokens, cdiv(work * kv_heads, device_slots(opts.device)));
+      std::max<int64_t>(kMinSplitTokens, ceil_div(work * kv_heads, device_slots(opts.device)));
 
   for (size_t i = 0; i < cg.groups.size(); ++i) {
     const ChainGroups::Group& g = cg.groups[i];
-    const int32_t parts = static_cast<int32_t>(g.len > thr ? cdiv(g.len, thr) : 1);
+    const int32_t parts = static_cast<int32_t>(g.len > thr ? ceil_div(g.len, thr) : 1);
     const TileClass min_tile =
         cap[i] == cm.qt16 && g.num_queries() <= cm.qt16 ? TileClass::kM16 : TileClass::kM64;
     b->emit_chain(g.node, g.top, g.len, cg.queries.data() + g.q_begin, g.num_queries(), cap[i],

@@ -1,43 +1,12 @@
-// Shared planner helpers (see planner_util.h): the flat PlanIndex, chain groups (FastTree / PAT /
-// auto grouping), DeFT block sizes and device slots.
+// Shared planner helpers (see planner_util.h): chain groups (FastTree / PAT / auto grouping), DeFT
+// block sizes and device slots.
 #include "planner_util.h"
 
 #include <algorithm>
 
-#include "../tree/tree_internal.h"
 #include "treeattn/common/error.h"
 
 namespace treeattn::planners {
-
-PlanIndex build_plan_index(const PrefixTree& tree) {
-  const int32_t n = static_cast<int32_t>(tree.nodes.size());
-  const int32_t nq = tree.num_queries();
-  PlanIndex ix;
-  std::vector<int32_t> roots;
-  detail::children_csr(tree, &ix.child_ptr, &ix.child_ids, &roots);
-  ix.preorder = detail::preorder_csr(ix.child_ptr, ix.child_ids, roots);
-  // Queries below each node: own counts summed bottom-up, then each query walks up its path.
-  ix.own_ptr.assign(n + 1, 0);
-  for (int32_t q = 0; q < nq; ++q) ++ix.own_ptr[tree.query_node[q] + 1];
-  ix.below_ptr = ix.own_ptr;
-  for (auto it = ix.preorder.rbegin(); it != ix.preorder.rend(); ++it) {
-    const int32_t p = tree.nodes[*it].parent;
-    if (p != kNoParent) ix.below_ptr[p + 1] += ix.below_ptr[*it + 1];
-  }
-  for (int32_t i = 0; i < n; ++i) {
-    ix.below_ptr[i + 1] += ix.below_ptr[i];
-    ix.own_ptr[i + 1] += ix.own_ptr[i];
-  }
-  ix.own_ids.resize(nq);
-  std::vector<int32_t> fill(ix.own_ptr.begin(), ix.own_ptr.end() - 1);
-  for (int32_t q = 0; q < nq; ++q) ix.own_ids[fill[tree.query_node[q]]++] = q;
-  ix.below_ids.resize(ix.below_ptr[n]);
-  fill.assign(ix.below_ptr.begin(), ix.below_ptr.end() - 1);
-  for (int32_t q = 0; q < nq; ++q)
-    for (int32_t v = tree.query_node[q]; v != kNoParent; v = tree.nodes[v].parent)
-      ix.below_ids[fill[v]++] = q;
-  return ix;
-}
 
 int64_t device_slots(const DeviceInfo& dev) {
   return std::max<int64_t>(1, static_cast<int64_t>(dev.num_sms) * dev.ctas_per_sm);
@@ -45,19 +14,19 @@ int64_t device_slots(const DeviceInfo& dev) {
 
 int32_t even_block_tokens(int64_t total_tokens, const PlanOptions& opts) {
   const int64_t want_ctas = 2 * device_slots(opts.device);
-  const int64_t blocks = std::max<int64_t>(1, cdiv(want_ctas, std::max(1, opts.num_kv_heads)));
-  const int64_t b = cdiv(cdiv(std::max<int64_t>(total_tokens, 1), blocks), 32) * 32;
+  const int64_t blocks = std::max<int64_t>(1, ceil_div(want_ctas, std::max(1, opts.num_kv_heads)));
+  const int64_t b = ceil_div(ceil_div(std::max<int64_t>(total_tokens, 1), blocks), 32) * 32;
   return static_cast<int32_t>(std::min<int64_t>(std::max<int64_t>(64, b), 1 << 30));
 }
 
-int64_t used_tokens(const PrefixTree& tree, const PlanIndex& index) {
+int64_t used_tokens(const PrefixTree& tree, const TreeIndex& index) {
   int64_t t = 0;
   for (const int32_t v : index.preorder)
     if (!index.queries_below(v).empty()) t += tree.nodes[v].tokens;
   return t;
 }
 
-ChainGroups chain_groups(const PrefixTree& tree, const PlanIndex& index,
+ChainGroups chain_groups(const PrefixTree& tree, const TreeIndex& index,
                          const std::vector<char>& merged) {
   ChainGroups out;
   const int32_t n = static_cast<int32_t>(tree.nodes.size());

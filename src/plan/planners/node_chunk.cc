@@ -7,7 +7,7 @@
 
 namespace treeattn::planners {
 
-void node_chunk(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts,
+void node_chunk(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
                 PlanBuilder* b) {
   const int32_t chunk = even_block_tokens(used_tokens(tree, index), opts);
   const int32_t cap = max_queries_per_item(opts, /*masked=*/false);
@@ -17,7 +17,7 @@ void node_chunk(const PrefixTree& tree, const PlanIndex& index, const PlanOption
     const int32_t tokens = tree.nodes[v].tokens;
     const Seg seg{v, 0, tokens};
     b->emit_group(qs.data(), static_cast<int32_t>(qs.size()), &seg, 1, cap,
-                  static_cast<int32_t>(cdiv(tokens, chunk)));
+                  static_cast<int32_t>(ceil_div(tokens, chunk)));
   }
 }
 
