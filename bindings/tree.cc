@@ -216,7 +216,8 @@ void register_tree(nb::module_& m) {
       });
 
   nb::class_<DeviceInfo>(m, "DeviceInfo",
-                         "What the planners' cost model knows about a GPU (plain values).")
+                         "What the planners' cost model knows about a GPU (plain values; every "
+                         "field of the C++ DeviceInfo, include/treeattn/plan/device_info.h).")
       .def(nb::init<>())
       .def_static("preset", &device_preset, nb::arg("name"), "'a100', 'h100' or 'h200'.")
       .def_rw("name", &DeviceInfo::name)
@@ -228,6 +229,15 @@ void register_tree(nb::module_& m) {
       .def_rw("launch_overhead_us", &DeviceInfo::launch_overhead_us)
       .def_rw("item_overhead_us", &DeviceInfo::item_overhead_us)
       .def_rw("ctas_per_sm", &DeviceInfo::ctas_per_sm)
+      .def_rw("merge_launch_us", &DeviceInfo::merge_launch_us)
+      .def_rw("tile_latency_us", &DeviceInfo::tile_latency_us)
+      .def_rw("tile_latency_m128_us", &DeviceInfo::tile_latency_m128_us)
+      .def_rw("tile_latency_wide_us", &DeviceInfo::tile_latency_wide_us)
+      .def_rw("merge_slot_us", &DeviceInfo::merge_slot_us)
+      .def_rw("wide_ctas_per_sm", &DeviceInfo::wide_ctas_per_sm)
+      .def_rw("wide_m16_ctas_per_sm", &DeviceInfo::wide_m16_ctas_per_sm)
+      .def_rw("mask_penalty", &DeviceInfo::mask_penalty)
+      .def_rw("mask_penalty_m16", &DeviceInfo::mask_penalty_m16)
       .def("__repr__", [](const DeviceInfo& d) {
         return "DeviceInfo(name='" + d.name + "', num_sms=" + std::to_string(d.num_sms) +
                ", hbm_read_GBps=" + std::to_string(d.hbm_read_GBps) +

@@ -3,174 +3,29 @@
 
 Reads a `treeattn bench --json` results file (bench/results/<gpu>-<date>.json), re-plans every
 (workload, planner) it names, and fits launch_overhead_us, merge_launch_us, item_overhead_us,
-mma_efficiency, the per-tile latency floors and the mask penalties (docs/cost_model.md; the plans'
-items carry a masked flag, mask_begin >= 0) so that log(estimate_plan_us)
-matches log(median time) over all results (least squares in log space, Nelder-Mead over the log of
-the parameters). Prints the fit, its error before/after, and what `auto` would pick per line.
+mma_efficiency, the per-tile latency floors and the mask penalties (docs/cost_model.md) so that
+log(estimated time) matches log(median time) over all results (least squares in log space,
+Nelder-Mead over the log of the parameters). Prints the fit, its error before/after, and what
+`auto` would pick per line.
 
-Why a small C++ helper and not only `treeattn plan --json`: the CLI prints plan totals (items,
-CTAs, bytes, est us) and plans and estimates on the same device, while the fit must keep the
-measured plans fixed (the benchmark planned them with the default DeviceInfo{}) and re-estimate
-them under many parameter sets; the LPT makespan needs every item. The helper (written to
-<build>/calibrate_helper.cc and compiled against <build>/libtreeattn_core.a) dumps the plans'
-per-item cost inputs and evaluates the library's own estimate_items_us on them, so the fitted
-model is the C++ model, not a Python copy. Each re-planned plan is checked against the benchmark
-file (items and KV bytes read); plans that differ (e.g. auto under a changed model) are skipped.
+The estimate is the library's own: the measured plans are planned once (with the DeviceInfo the
+benchmark planned with, by default DeviceInfo() defaults) and kept fixed, and each parameter set
+is scored with plan.stats(device)["est_time_us"] (every DeviceInfo field is bound in Python), so
+the fitted model is the C++ model, not a Python copy. Each re-planned plan is checked against the
+benchmark file (items and KV bytes read); plans that differ (e.g. auto under a changed model) are
+skipped.
 
 Usage: python3 tools/calibrate_cost_model.py bench/results/h100-2026-11-22.json \
-           [--build build-cal] [--base h100] [--iters 400] [--auto-device h100]
-Python 3 standard library only.
+           [--base h100] [--iters 400] [--auto-device h100]
+Needs the treeattn package (pip install ., CPU-only is enough).
 """
 import argparse
 import json
 import math
-import os
-import subprocess
 import sys
 from collections import defaultdict
 
-HELPER_CC = r'''
-// Helper of tools/calibrate_cost_model.py (generated; do not edit).
-//   plans DEVICE PLANNER|'' [LEVELS...] : one JSON line per (workload, planner) plan
-//   eval PLANS.jsonl BASE             : reads "k=v k=v ..." lines on stdin, prints estimates
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <iostream>
-#include <map>
-#include <sstream>
-#include <string>
-#include <tuple>
-#include <vector>
-#include "treeattn/plan/cost_model.h"
-#include "treeattn/plan/planner.h"
-#include "treeattn/tree/builders.h"
-#include "treeattn/tree/workloads.h"
-using namespace treeattn;
-
-static void set_field(DeviceInfo* d, const std::string& k, double v) {
-  if (k == "launch_overhead_us") d->launch_overhead_us = v;
-  else if (k == "merge_launch_us") d->merge_launch_us = v;
-  else if (k == "item_overhead_us") d->item_overhead_us = v;
-  else if (k == "mma_efficiency") d->mma_efficiency = v;
-  else if (k == "tile_latency_us") d->tile_latency_us = v;
-  else if (k == "tile_latency_m128_us") d->tile_latency_m128_us = v;
-  else if (k == "tile_latency_wide_us") d->tile_latency_wide_us = v;
-  else if (k == "merge_slot_us") d->merge_slot_us = v;
-  else if (k == "mask_penalty") d->mask_penalty = v;
-  else if (k == "mask_penalty_m16") d->mask_penalty_m16 = v;
-  else if (k == "hbm_read_GBps") d->hbm_read_GBps = v;
-  else if (k == "tc_TFLOPs") d->tc_TFLOPs = v;
-  else if (k == "ctas_per_sm") d->ctas_per_sm = static_cast<int32_t>(v);
-  else if (k == "wide_ctas_per_sm") d->wide_ctas_per_sm = static_cast<int32_t>(v);
-  else if (k == "num_sms") d->num_sms = static_cast<int32_t>(v);
-  else { std::fprintf(stderr, "unknown field %s\n", k.c_str()); std::exit(2); }
-}
-// "legacy" = DeviceInfo{} (what the benchmark planned with), else a preset; then ",k=v" overrides.
-static DeviceInfo device(const std::string& spec) {
-  std::stringstream ss(spec);
-  std::string tok;
-  std::getline(ss, tok, ',');
-  DeviceInfo d = tok == "legacy" ? DeviceInfo{} : device_preset(tok);
-  while (std::getline(ss, tok, ',')) {
-    const size_t eq = tok.find('=');
-    set_field(&d, tok.substr(0, eq), std::atof(tok.c_str() + eq + 1));
-  }
-  return d;
-}
-static void dump(const std::string& set, std::string name, const PrefixTree& tree,
-                 const LevelSpec& spec, const DeviceInfo& dev, const std::string& only) {
-  const int qo = spec.shape.num_qo_heads > 0 ? spec.shape.num_qo_heads : 32;
-  const int kv = spec.shape.num_kv_heads > 0 ? spec.shape.num_kv_heads : 8;
-  const int hd = spec.shape.head_dim > 0 ? spec.shape.head_dim : 128;
-  if (name.find("heads=") == std::string::npos)
-    name += " heads=" + std::to_string(qo) + "/" + std::to_string(kv);
-  for (const std::string& p : planner_names()) {
-    if (!only.empty() && only != p) continue;
-    PlanOptions o;
-    o.planner = p; o.num_qo_heads = qo; o.num_kv_heads = kv; o.head_dim = hd; o.device = dev;
-    const Plan plan = make_plan(tree, o);
-    std::map<std::tuple<int, int, int, int, int>, long long> runs;
-    for (const WorkItem& it : plan.items) {
-      int partial = 0;
-      for (int r = 0; r < it.num_rows; ++r) partial += plan.rows[it.row_begin + r].slot != kFinalOutput;
-      ++runs[{it.num_rows, partial, it.kv_tokens, static_cast<int>(it.tile), it.mask_begin >= 0}];
-    }
-    int merged = 0;
-    for (size_t q = 0; q + 1 < plan.merge_indptr.size(); ++q)
-      merged += plan.merge_indptr[q + 1] > plan.merge_indptr[q];
-    std::printf("{\"set\": \"%s\", \"workload\": \"%s\", \"planner\": \"%s\", \"qo\": %d, "
-                "\"kv\": %d, \"hd\": %d, \"page\": %d, \"queries\": %d, \"slots\": %d, "
-                "\"merged\": %d, \"n_items\": %zu, \"est_us\": %.4f, \"items\": [",
-                set.c_str(), name.c_str(), p.c_str(), qo, kv, hd, tree.page_size,
-                tree.num_queries(), plan.num_slots, merged, plan.items.size(),
-                estimate_plan_us(dev, plan));
-    bool first = true;
-    for (const auto& [k, n] : runs) {
-      std::printf("%s[%d, %d, %d, %d, %d, %lld]", first ? "" : ", ", std::get<0>(k),
-                  std::get<1>(k), std::get<2>(k), std::get<3>(k), std::get<4>(k), n);
-      first = false;
-    }
-    std::printf("]}\n");
-  }
-}
-struct Dumped {
-  PlanShape shape;
-  long long slots, merged;
-  std::vector<ItemSummary> items;
-};
-int main(int argc, char** argv) {
-  const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "plans" && argc >= 4) {
-    const DeviceInfo dev = device(argv[2]);
-    for (const Workload& w : workload_set("all"))
-      dump(w.set, w.name, build_workload(w), w.spec, dev, argv[3]);
-    for (int i = 4; i < argc; ++i) {
-      const LevelSpec s = parse_levels(argv[i]);
-      dump("", s.text.empty() ? argv[i] : s.text, tree_from_levels(s), s, dev, argv[3]);
-    }
-    return 0;
-  }
-  if (mode == "eval" && argc == 4) {
-    // plans file: one line per plan: qo kv hd slots merged n  rows partial kv tile masked count ...
-    std::ifstream in(argv[2]);
-    std::vector<Dumped> plans;
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream ls(line);
-      Dumped d;
-      int n = 0;
-      ls >> d.shape.num_qo_heads >> d.shape.num_kv_heads >> d.shape.head_dim >> d.slots >>
-          d.merged >> n;
-      for (int i = 0; i < n; ++i) {
-        ItemSummary s;
-        int tile = 0, masked = 0;
-        ls >> s.rows >> s.partial_rows >> s.kv_tokens >> tile >> masked >> s.count;
-        s.masked = masked != 0;
-        s.tile = static_cast<TileClass>(tile);
-        d.items.push_back(s);
-      }
-      plans.push_back(d);
-    }
-    while (std::getline(std::cin, line)) {
-      std::string spec = argv[3];
-      std::istringstream ls(line);
-      std::string kv;
-      while (ls >> kv) spec += "," + kv;
-      const DeviceInfo dev = device(spec);
-      for (size_t i = 0; i < plans.size(); ++i)
-        std::printf("%s%.6g", i ? " " : "",
-                    estimate_items_us(dev, plans[i].shape, plans[i].items.data(),
-                                      plans[i].items.size(), plans[i].slots, plans[i].merged));
-      std::printf("\n");
-      std::fflush(stdout);
-    }
-    return 0;
-  }
-  std::fprintf(stderr, "usage: helper plans DEVICE PLANNER [LEVELS..] | eval PLANS BASE\n");
-  return 2;
-}
-'''
+import treeattn
 
 # Free parameters: name -> (start, lower, upper). ctas_per_sm / wide_ctas_per_sm are integers,
 # set from the kernel's occupancy (decode_params.h: 2 per SM for deep kM16/kM64/kM128, 4 wide).
@@ -194,46 +49,64 @@ LEGACY = {"launch_overhead_us": 2.5, "merge_launch_us": 2.5, "item_overhead_us":
           "ctas_per_sm": 2, "wide_ctas_per_sm": 0}
 
 
-def build_helper(build):
-    src = os.path.join(build, "calibrate_helper.cc")
-    exe = os.path.join(build, "calibrate_helper")
-    lib = os.path.join(build, "libtreeattn_core.a")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(src, "w") as f:
-        f.write(HELPER_CC)
-    cxx = os.environ.get("CXX", "c++")
-    subprocess.run([cxx, "-std=c++17", "-O2", "-I", os.path.join(root, "include"), src, lib,
-                    "-o", exe], check=True)
-    return exe
+def device(spec):
+    """'legacy' (DeviceInfo() defaults: what the benchmark planned with) or a preset, then
+    ',k=v' overrides."""
+    name, *over = spec.split(",")
+    d = treeattn.DeviceInfo() if name == "legacy" else treeattn.DeviceInfo.preset(name)
+    for kv in over:
+        k, v = kv.split("=")
+        setattr(d, k, type(getattr(d, k))(float(v)))
+    return d
 
 
-def dump_plans(exe, device, planner, extra_levels):
-    out = subprocess.run([exe, "plans", device, planner] + extra_levels, check=True,
-                         capture_output=True, text=True).stdout
-    return [json.loads(l) for l in out.splitlines() if l.strip()]
+def with_params(base, params):
+    d = device(base)
+    for k, v in params.items():
+        setattr(d, k, type(getattr(d, k))(v))
+    return d
+
+
+def problems(res):
+    """(set, workload) -> PrefixTree for every line the results name."""
+    trees = {}
+    for w in treeattn.workloads("all", details=True):
+        trees[(w["set"], w["name"])] = treeattn.PrefixTree.from_workload(w["key"])
+    for r in res:
+        if r["set"] == "" and ("", r["workload"]) not in trees:
+            trees[("", r["workload"])] = treeattn.PrefixTree.from_levels(r["workload"])
+    return trees
+
+
+def plan_all(trees, dev, planners):
+    """(set, workload with ' heads=qo/kv' when missing, planner) -> Plan."""
+    out = {}
+    for (s, w), tree in trees.items():
+        name = w
+        if "heads=" not in name:
+            qo, kv, _ = tree.shape
+            name += f" heads={qo or 32}/{kv or 8}"
+        for p in planners:
+            out[(s, name, p)] = treeattn.plan(tree, planner=p, device=dev)
+    return out
+
+
+def plan_key(plan, dev):
+    st = plan.stats(dev)
+    return (plan.num_items, plan.num_rows, plan.num_ranges, plan.num_slots, st["kv_bytes_read"],
+            st["partial_bytes"], st["qo_bytes"], st["flops"])
 
 
 class Evaluator:
-    """Runs `helper eval` once; each call sends one parameter set and reads the estimates."""
+    """Estimates of the fixed plans under one parameter set (base preset + params)."""
 
-    def __init__(self, exe, plans, base, path):
-        with open(path, "w") as f:
-            for p in plans:
-                flat = [p["qo"], p["kv"], p["hd"], p["slots"], p["merged"], len(p["items"])]
-                for it in p["items"]:
-                    flat += it
-                f.write(" ".join(map(str, flat)) + "\n")
-        self.proc = subprocess.Popen([exe, "eval", path, base], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+    def __init__(self, plans, base):
+        self.plans = plans
+        self.base = base
 
     def __call__(self, params):
-        self.proc.stdin.write(" ".join(f"{k}={v:.9g}" for k, v in params.items()) + "\n")
-        self.proc.stdin.flush()
-        return [float(x) for x in self.proc.stdout.readline().split()]
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait()
+        dev = with_params(self.base, params)
+        return [p.stats(dev)["est_time_us"] for p in self.plans]
 
 
 def log_errors(est, meas):
@@ -285,14 +158,9 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def plan_key(p):
-    return (p["slots"], p["merged"], tuple(tuple(it) for it in p["items"]))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results")
-    ap.add_argument("--build", default="build-cal")
     ap.add_argument("--base", default="h100", help="preset whose bandwidth/rate/SMs are kept")
     ap.add_argument("--plan-device", default="legacy",
                     help="device the benchmark planned with (legacy = DeviceInfo{} defaults)")
@@ -306,27 +174,32 @@ def main():
 
     bench = json.load(open(args.results))
     res = bench["results"]
-    exe = build_helper(args.build)
-    extra = sorted({r["workload"] for r in res if r["set"] == ""})
-    plans = dump_plans(exe, args.plan_device, "", extra)
-    by_key = {(p["set"], p["workload"], p["planner"]): p for p in plans}
+    trees = problems(res)
+    by_key = plan_all(trees, device(args.plan_device), treeattn.planners())
     rows, bad = [], 0
     for r in res:
         p = by_key.get((r["set"], r["workload"], r["planner"]))
-        if p is None or p["n_items"] != r["items"] or r["kv_bytes_read"] != (
-                sum(it[2] * it[-1] for it in p["items"]) * p["kv"] * p["hd"] * 4):
+        if p is None:
+            bad += 1
+            continue
+        st = p.stats("h100")
+        if st["items"] != r["items"] or st["kv_bytes_read"] != r["kv_bytes_read"]:
             bad += 1
             continue
         rows.append((r, p))
     print(f"{len(rows)} results with re-planned plans identical to the measured ones "
           f"({bad} skipped)")
     meas = [r["median_ms"] * 1e3 for r, _ in rows]
-    ev = Evaluator(exe, [p for _, p in rows], args.base, os.path.join(args.build, "cal_plans.txt"))
+    ev = Evaluator([p for _, p in rows], args.base)
 
     uncal = summary(log_errors(ev(LEGACY), meas))
     before_errs = log_errors(ev({}), meas)
     before = summary(before_errs)
-    masked_rows = [i for i, (_, p) in enumerate(rows) if any(it[4] for it in p["items"])]
+    # Plans with masked items: the estimate moves with the mask penalty.
+    big_mask = with_params(args.base, {"mask_penalty": 20.0, "mask_penalty_m16": 20.0})
+    no_mask = with_params(args.base, {"mask_penalty": 0.0, "mask_penalty_m16": 0.0})
+    masked_rows = [i for i, (_, p) in enumerate(rows)
+                   if p.stats(big_mask)["est_time_us"] > p.stats(no_mask)["est_time_us"]]
     names = list(FREE)
 
     def unpack(x):
@@ -350,7 +223,6 @@ def main():
     est = ev(fit)
     errs = log_errors(est, meas)
     after = summary(errs)
-    ev.close()
     print("uncalibrated model: " + ", ".join(f"{k} {v:.3f}" for k, v in uncal.items()))
     print(f"{args.base} preset as built: " +
           ", ".join(f"{k} {v:.3f}" for k, v in before.items()))
@@ -371,7 +243,8 @@ def main():
               f"meas {meas[i]:8.1f} est {est[i]:8.1f}")
 
     # ---- what auto picks on --auto-device (a preset: rebuild after putting the fit in it)
-    auto = {(p["set"], p["workload"]): p for p in dump_plans(exe, args.auto_device, "auto", extra)}
+    auto_dev = device(args.auto_device)
+    auto = {(s, w): p for (s, w, _), p in plan_all(trees, auto_dev, ["auto"]).items()}
     lines = defaultdict(dict)
     for r in res:
         lines[(r["set"], r["workload"])][r["planner"]] = r
@@ -389,9 +262,10 @@ def main():
         a = auto.get((s, w))
         pick = None
         if a is not None:
+            a_key = plan_key(a, auto_dev)
             for name, r in pl.items():
                 p = by_key.get((s, w, name))
-                if p is not None and plan_key(p) == plan_key(a) and r["items"] == a["n_items"]:
+                if p is not None and plan_key(p, auto_dev) == a_key and r["items"] == a.num_items:
                     if pick is None or name != "auto":
                         pick = (name, r)
         if pick is None:

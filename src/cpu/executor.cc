@@ -2,8 +2,8 @@
 // and KV head, every row (query) x group query heads runs an online softmax over the item's
 // tokens (masked ranges only for rows whose bit is set); a row that sees no token yields the
 // empty state (lse = -inf, o = 0). Rows write the final output or their partial slot; then each
-// query merges its slots with merge_weights() (attention_state.h). A query whose merged state is
-// empty is a planner bug and throws std::logic_error.
+// query merges its slots with merge_state() (attention_state.h, the tested AttentionState merge). A
+// query whose merged state is empty is a planner bug and throws std::logic_error.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -143,10 +143,8 @@ void execute_plan_cpu(const Plan& plan, const HostAttentionInputs& in,
       std::fill(o.begin(), o.end(), 0.f);
       for (int32_t k = b; k < e; ++k) {
         const int64_t sl = plan.merge_slots[k];
-        const float* po = part_o.data() + (sl * H + h) * D;
-        const MergeWeights<float> w = merge_weights(m_lse, part_lse[sl * H + h]);
-        for (int64_t d = 0; d < D; ++d) o[d] = w.wa * o[d] + w.wb * po[d];
-        m_lse = w.lse;
+        merge_state(o.data(), &m_lse, part_o.data() + (sl * H + h) * D, part_lse[sl * H + h],
+                    static_cast<int>(D));
       }
       TA_CHECK_INTERNAL(m_lse != -INFINITY, "query ", q, " head ", h,
                         " merged to an empty state (no KV token)");

@@ -48,4 +48,16 @@ RandomInputs random_inputs(const PrefixTree& tree, int32_t num_qo_heads, int32_t
   return r;
 }
 
+HostAttentionInputs host_inputs(const RandomInputs& data, int32_t num_qo_heads,
+                                int32_t num_kv_heads, int32_t head_dim) {
+  HostAttentionInputs in;
+  in.num_qo_heads = num_qo_heads;
+  in.num_kv_heads = num_kv_heads;
+  in.head_dim = head_dim;
+  in.q = data.q.data();
+  in.k = data.k.data();
+  in.v = data.v.data();
+  return in;
+}
+
 }  // namespace treeattn

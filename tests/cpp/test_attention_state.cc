@@ -1,6 +1,7 @@
-// Tests of AttentionState / merge_weights (include/treeattn/common/attention_state.h): merging
-// partial softmax states equals attention over the union, associativity within rounding, the
-// empty state is the identity (exactly), two empties stay empty, and no NaN appears with -inf.
+// Tests of AttentionState / merge_state / merge_weights
+// (include/treeattn/common/attention_state.h): merging partial softmax states equals attention over
+// the union, associativity within rounding, the empty state is the identity (exactly), two empties
+// stay empty, and no NaN appears with -inf.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -5,6 +5,8 @@ oracle, and the errors for bad inputs, which must name the argument."""
 from __future__ import annotations
 
 import copy
+import os
+import re
 
 import numpy as np
 import pytest
@@ -172,6 +174,37 @@ def test_plan_stats_and_coverage(planner):
     assert p.stats("a100")["est_time_us"] != s["est_time_us"]
     assert p.workspace_bytes >= p.layout()["metadata_bytes"] > 0
     assert p.device_index is None and p.max_page_id == tree.num_pages - 1
+
+
+# Every field of the C++ DeviceInfo (include/treeattn/plan/device_info.h), in declaration order.
+DEVICE_FIELDS = [
+    "name", "num_sms", "smem_per_sm_bytes", "hbm_read_GBps", "tc_TFLOPs", "mma_efficiency",
+    "launch_overhead_us", "item_overhead_us", "ctas_per_sm", "merge_launch_us", "tile_latency_us",
+    "tile_latency_m128_us", "tile_latency_wide_us", "merge_slot_us", "wide_ctas_per_sm",
+    "wide_m16_ctas_per_sm", "mask_penalty", "mask_penalty_m16",
+]
+
+
+def test_device_info_binds_every_field():
+    header = open(os.path.join(os.path.dirname(__file__), "..", "..", "include", "treeattn",
+                               "plan", "device_info.h")).read()
+    body = header[header.index("struct DeviceInfo {"):header.index("};", header.index(
+        "struct DeviceInfo {"))]
+    declared = re.findall(r"^\s+(?:std::string|int32_t|double)\s+(\w+)\s*=", body, re.M)
+    assert declared == DEVICE_FIELDS
+    d = treeattn.DeviceInfo.preset("h100")
+    for f in DEVICE_FIELDS:
+        getattr(d, f)
+    assert d.tile_latency_us == pytest.approx(0.34) and d.wide_m16_ctas_per_sm == 3
+    # The calibrated terms reach the cost model: plan.stats(device) follows them.
+    tree = treeattn.PrefixTree.from_levels("N=1,4,16 C=300,70,17")
+    p = treeattn.plan(tree, 32, 8, 128, planner="node", device="h100")
+    base = p.stats(d)["est_time_us"]
+    d.item_overhead_us += 10
+    assert p.stats(d)["est_time_us"] > base
+    d.item_overhead_us -= 10
+    d.merge_slot_us += 5
+    assert p.stats(d)["est_time_us"] > base
 
 
 def test_plan_defaults_errors_and_update():

@@ -2,9 +2,9 @@
 //   1. make_plan() and check_coverage() (every (query, token) pair exactly once, slots, merges);
 //   2. the float32 CPU executor against the float64 oracle on fresh random fp16 (bf16 where the
 //      workload says so) inputs, on a sample of queries.
-// Error measure: max |out - ref| / max |ref| over every checked element (also |lse - ref_lse|,
-// absolute); PASS when both are <= kTolerance = 2e-3 and nothing is NaN. The measure is global,
-// not per element, because outputs are averages of many V rows and single elements can be ~0.
+// PASS when compare_to_oracle() (treeattn/cpu/compare.h: the one tolerance rule, documented there)
+// passes for the outputs and for the LSEs of every sampled query, at the fp32 bound (the executor
+// computes in float32).
 //
 // Cost bounding (so `check --workloads all --planner all` runs in about a minute on 2 cores):
 // the sample defaults to all queries when there are <= 64, else 64 random ones (--sample-queries
@@ -27,6 +27,7 @@
 #include "args.h"
 #include "commands.h"
 #include "inputs.h"
+#include "treeattn/cpu/compare.h"
 #include "treeattn/cpu/reference.h"
 #include "treeattn/plan/coverage.h"
 #include "treeattn/plan/planner.h"
@@ -34,7 +35,6 @@
 namespace treeattn::cli {
 namespace {
 
-constexpr double kTolerance = 2e-3;
 constexpr double kWorkBudget = 4e7;   // oracle multiply-adds per q.k pass, ~0.1 s
 constexpr double kInputBudget = 4e6;  // K elements generated (num_pages x P x heads x head_dim)
 
@@ -75,9 +75,8 @@ Sample choose_sample(const Problem& p, int64_t requested, bool explicit_k, uint6
 
 int check_command(int argc, char** argv) {
   std::vector<FlagSpec> flags = input_flags(true);
-  flags.push_back({"planner", true, "planner name or 'all' (default all)"});
+  for (const FlagSpec& f : planner_flags()) flags.push_back(f);
   flags.push_back({"sample-queries", true, "queries checked against float64 (0 = all)"});
-  flags.push_back({"device", true, "device the planners target: a100, h100, h200 (default)"});
   const Args a(argc, argv, 2, flags);
   if (a.help()) {
     std::printf("%s", a.usage("check").c_str());
@@ -88,12 +87,7 @@ int check_command(int argc, char** argv) {
   const int64_t requested = a.integer("sample-queries", 64, 0, 1 << 24);
   const bool explicit_k = a.has("sample-queries");
   const uint64_t seed = a.u64("seed", 0);
-  DeviceInfo dev;
-  try {
-    dev = device_preset(a.str("device", "h200"));
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(std::string("--device: ") + e.what());
-  }
+  const DeviceInfo dev = device_flag(a);
   const std::vector<Problem> problems = load_problems(a, true);
 
   int total = 0, passed = 0;
@@ -111,9 +105,7 @@ int check_command(int argc, char** argv) {
     std::string input_error;
     try {
       data = random_inputs(p.tree, in.num_qo_heads, in.num_kv_heads, p.head_dim, p.bf16, seed);
-      in.q = data.q.data();
-      in.k = data.k.data();
-      in.v = data.v.data();
+      in = host_inputs(data, in.num_qo_heads, in.num_kv_heads, p.head_dim);
       ref.assign(static_cast<size_t>(nq) * in.num_qo_heads * p.head_dim, 0.0);
       ref_lse.assign(static_cast<size_t>(nq) * in.num_qo_heads, 0.0);
       reference_attention(p.tree, in, s.queries, ref.data(), ref_lse.data());
@@ -141,27 +133,18 @@ int check_command(int argc, char** argv) {
         sub.shape.num_qo_heads = in.num_qo_heads;
         std::vector<float> out(ref.size(), NAN), lse(ref_lse.size(), NAN);
         execute_plan_cpu(sub, in, s.queries, out.data(), lse.data());
-        double max_ref = 0, max_err = 0, max_lse_err = 0;
-        bool nan = false;
-        const int64_t row = static_cast<int64_t>(in.num_qo_heads) * p.head_dim;
-        for (const int32_t q : s.queries) {
-          for (int64_t i = q * row; i < (q + 1) * row; ++i) {
-            if (!std::isfinite(out[i])) nan = true;
-            max_ref = std::max(max_ref, std::fabs(ref[i]));
-            max_err = std::max(max_err, std::fabs(static_cast<double>(out[i]) - ref[i]));
-          }
-          for (int64_t h = 0; h < in.num_qo_heads; ++h) {
-            const int64_t i = static_cast<int64_t>(q) * in.num_qo_heads + h;
-            if (!std::isfinite(lse[i])) nan = true;
-            max_lse_err = std::max(max_lse_err, std::fabs(lse[i] - ref_lse[i]));
-          }
-        }
-        const double rel = max_ref > 0 ? max_err / max_ref : max_err;
-        const bool ok = !nan && rel <= kTolerance && max_lse_err <= kTolerance;
+        const OracleComparison c_out =
+            compare_rows_to_oracle(ref.data(), out.data(), int64_t{in.num_qo_heads} * p.head_dim,
+                                   s.queries, OutputDtype::kFp32);
+        const OracleComparison c_lse = compare_rows_to_oracle(
+            ref_lse.data(), lse.data(), in.num_qo_heads, s.queries, OutputDtype::kFp32);
+        const bool nan = c_out.nan || c_lse.nan;
+        const bool ok = c_out.pass && c_lse.pass;
         char buf[160];
-        std::snprintf(
-            buf, sizeof(buf), "max_rel_err %.2e  lse_err %.2e%s  (queries %zu/%d, kv heads %d/%d)",
-            rel, max_lse_err, nan ? "  NaN" : "", s.queries.size(), nq, s.kv_heads, p.num_kv_heads);
+        std::snprintf(buf, sizeof(buf),
+                      "max_rel_err %.2e  lse_rel_err %.2e%s  (queries %zu/%d, kv heads %d/%d)",
+                      c_out.max_rel_err, c_lse.max_rel_err, nan ? "  NaN" : "", s.queries.size(),
+                      nq, s.kv_heads, p.num_kv_heads);
         verdict = ok ? "PASS" : "FAIL";
         detail = buf;
       } catch (const std::exception& e) {
@@ -174,8 +157,8 @@ int check_command(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  std::printf("%d/%d passed (tolerance %.0e on max|out-ref|/max|ref| and on |lse-ref|)\n", passed,
-              total, kTolerance);
+  std::printf("%d/%d passed (compare_to_oracle: max|out-ref|/max|ref| <= %.0e, out and lse)\n",
+              passed, total, oracle_tolerance(OutputDtype::kFp32));
   return passed == total ? 0 : 1;
 }
 

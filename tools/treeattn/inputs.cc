@@ -134,6 +134,19 @@ std::string shape_text(const Problem& p) {
   return os.str();
 }
 
+std::vector<FlagSpec> planner_flags() {
+  return {{"planner", true, "planner name or 'all' (default all)"},
+          {"device", true, "device the planners target: a100, h100 or h200 (default h200)"}};
+}
+
+DeviceInfo device_flag(const Args& a) {
+  try {
+    return device_preset(a.str("device", "h200"));
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("--device: ") + e.what());
+  }
+}
+
 std::vector<std::string> planner_list(const std::string& planner) {
   if (planner == "all") return planner_names();
   for (const std::string& n : planner_names())

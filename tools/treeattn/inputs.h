@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "args.h"
+#include "treeattn/plan/device_info.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace treeattn::cli {
@@ -30,6 +31,10 @@ std::vector<Problem> load_problems(const Args& args, bool with_sets);
 /// Planner names for a --planner value: every planner for "all", else the one named; throws
 /// std::invalid_argument naming --planner for an unknown name.
 std::vector<std::string> planner_list(const std::string& planner);
+/// The flags of the commands that plan: --planner NAME|all and --device PRESET.
+std::vector<FlagSpec> planner_flags();
+/// The --device preset (h200 when not given); throws std::invalid_argument naming --device.
+DeviceInfo device_flag(const Args& args);
 /// Human-readable "heads=32/8 dim=128 page=16" suffix.
 std::string shape_text(const Problem& p);
 

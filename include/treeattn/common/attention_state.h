@@ -33,6 +33,16 @@ TA_HOST_DEVICE MergeWeights<T> merge_weights(T lse_a, T lse_b) {
   return {ea / s, eb / s, m + log(s)};
 }
 
+/// Merges the state (o_b, lse_b) of `dim` elements into (o, *lse) in place: o = w_a o + w_b o_b,
+/// *lse = the merged lse. Merging an empty state (lse = -inf) leaves the other one unchanged.
+/// The one merge of the host code: AttentionState::merge and the CPU plan executor.
+template <typename T>
+TA_HOST_DEVICE void merge_state(T* o, T* lse, const T* o_b, T lse_b, int dim) {
+  const MergeWeights<T> w = merge_weights(*lse, lse_b);
+  for (int i = 0; i < dim; ++i) o[i] = w.wa * o[i] + w.wb * o_b[i];
+  *lse = w.lse;
+}
+
 /// Scalar-per-row state with D output elements, for host code and tests.
 template <typename T, int D>
 struct AttentionState {
@@ -43,9 +53,7 @@ struct AttentionState {
     lse = -INFINITY;
   }
   TA_HOST_DEVICE void merge(const AttentionState& other) {
-    const MergeWeights<T> w = merge_weights(lse, other.lse);
-    for (int i = 0; i < D; ++i) o[i] = w.wa * o[i] + w.wb * other.o[i];
-    lse = w.lse;
+    merge_state(o, &lse, other.o, other.lse, D);
   }
 };
 

@@ -38,7 +38,6 @@ void execute_plan_cpu(const Plan& plan, const HostAttentionInputs& in, float* ou
 /// Same, restricted to `queries` (empty = all): only the rows of those queries are computed and
 /// merged, items without such rows are skipped, and only those queries' out/lse rows are written
 /// (others are left untouched). `treeattn check` uses it to sample large workloads.
-/// (Addition to the contract by the plan/CPU helper.)
 void execute_plan_cpu(const Plan& plan, const HostAttentionInputs& in,
                       const std::vector<int32_t>& queries, float* out, float* lse);
 
@@ -49,5 +48,8 @@ struct RandomInputs {
 };
 RandomInputs random_inputs(const PrefixTree& tree, int32_t num_qo_heads, int32_t num_kv_heads,
                            int32_t head_dim, bool bf16, uint64_t seed);
+/// HostAttentionInputs over `data` (which must outlive them) for the given shape.
+HostAttentionInputs host_inputs(const RandomInputs& data, int32_t num_qo_heads,
+                                int32_t num_kv_heads, int32_t head_dim);
 
 }  // namespace treeattn

@@ -18,20 +18,20 @@ struct DeviceInfo {
   double launch_overhead_us = 2.5;  ///< per kernel launch (back-to-back, same stream)
   double item_overhead_us = 1.0;    ///< per CTA fixed cost: prologue, Q load, epilogue
   int32_t ctas_per_sm = 2;          ///< resident CTAs of the attention kernel per SM
-  // Added for the calibrated model (docs/cost_model.md). The defaults leave the original model
-  // unchanged (no latency floor, merge launch = launch_overhead_us); the presets set fitted values.
+  // Terms of the calibrated model (docs/cost_model.md). The defaults give the uncalibrated model
+  // (no latency floor, merge launch = launch_overhead_us); the presets set fitted values.
   double merge_launch_us = 2.5;       ///< the merge launch; 0 when the merge is fused
   double tile_latency_us = 0.0;       ///< least time one kM16-deep/kM64 CTA spends per 64 KV tokens
   double tile_latency_m128_us = 0.0;  ///< same for a kM128 CTA
   double tile_latency_wide_us = 0.0;  ///< same per 32 KV tokens for a wide kM16 CTA
   double merge_slot_us = 0.0;  ///< merge: one partial slot folded by one pass of a query's CTA
-  int32_t wide_ctas_per_sm =
-      0;  ///< resident CTAs per SM in plans run with wide kM16 (0: ctas_per_sm)
+  /// Resident CTAs per SM in plans run with wide kM16 (0: ctas_per_sm).
+  int32_t wide_ctas_per_sm = 0;
   int32_t wide_m16_ctas_per_sm = 3;  ///< kernel rule: wide kM16 when kM16 CTAs > this x num_sms
-  /// Added: a kM64/kM128 CTA of a masked item (DeFT masks, mask_begin >= 0) takes
+  /// A kM64/kM128 CTA of a masked item (DeFT masks, mask_begin >= 0) takes
   /// (1 + mask_penalty) x the time of the same item unmasked (the per-element mask test in the
-  /// softmax of every tile); a kM16 CTA (1 + mask_penalty_m16) x. The defaults 0 keep the
-  /// original model; the presets carry the fit (docs/cost_model.md).
+  /// softmax of every tile); a kM16 CTA (1 + mask_penalty_m16) x. The defaults 0 give the
+  /// uncalibrated model; the presets carry the fit (docs/cost_model.md).
   double mask_penalty = 0.0;
   double mask_penalty_m16 = 0.0;
 };

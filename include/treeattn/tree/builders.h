@@ -10,7 +10,7 @@
 
 namespace treeattn {
 
-/// One line of ../shared/workloads/*.txt:
+/// One line of data/workloads/*.txt:
 ///   N=1,4,16 C=1024,256,32 [heads=32/8] [page=32] [dim=128] [dtype=fp16|bf16]
 /// Level i has N[i] nodes of C[i] tokens; node j of level i+1 hangs under node
 /// floor(j * N[i] / N[i+1]) of level i; every leaf carries one query. Level 0 may have N[0] > 1

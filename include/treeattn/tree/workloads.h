@@ -1,5 +1,5 @@
 // The published benchmark workloads (FastTree, PAT, DeFT, FlashForge), embedded in the library
-// at build time from data/workloads/*.txt (nothing reads ../shared at run time). Level lines
+// at build time from data/workloads/*.txt (nothing is read from disk at run time). Level lines
 // build with tree_from_levels; the irregular shapes the DeFT and FlashForge files describe in
 // comments (speculative-decoding token trees, tree-of-thoughts, the degenerate left-spine tree)
 // are generated deterministically from a seed.
@@ -14,9 +14,9 @@
 namespace treeattn {
 
 struct Workload {
-  std::string set;    ///< "fasttree", "pat", "deft", "forge"
-  std::string name;   ///< level line text, or a generator name such as "specdec base=6000 t=64"
-  LevelSpec spec;     ///< shape, page size, dtype (and levels when not generated)
+  std::string set;   ///< "fasttree", "pat", "deft", "forge"
+  std::string name;  ///< level line text, or a generator name such as "specdec base=6000 t=64"
+  LevelSpec spec;    ///< shape, page size, dtype (and levels when not generated)
   bool generated = false;
 };
 

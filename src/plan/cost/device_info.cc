@@ -1,7 +1,9 @@
 // DeviceInfo presets. H100 and H200 carry the kernel terms fitted to H100 measurements (see
 // set_h100_fit). Bandwidth and tensor-core figures are achievable (measured) ceilings, not
-// datasheet peaks: H100 from ../shared/baselines/h100.md (HBM read 3.04 TB/s, cuBLAS fp16
-// 757 TFLOP/s), H200 from h200.md (4.20 TB/s, 762 TFLOP/s), A100 typical (1.6 TB/s, 290 TFLOP/s).
+// datasheet peaks: H100 80GB HBM3 measured 2026-11-22 (HBM read 3.04 TB/s as an fp16 sum over
+// 2 GiB, cuBLAS fp16 8192^3 757 TFLOP/s; bench/NOTES.md has treeattn's own measurement, 3.07 TB/s
+// and 752 TFLOP/s), H200 measured the same way (4.20 TB/s, 762 TFLOP/s), A100 typical (1.6 TB/s,
+// 290 TFLOP/s).
 #include "treeattn/plan/device_info.h"
 
 #include <algorithm>
@@ -34,48 +36,50 @@ void set_h100_fit(DeviceInfo* d) {
   d->wide_m16_ctas_per_sm = 3;
 }
 
+/// The hardware figures of each preset (achievable ceilings, see the file comment).
+struct Hardware {
+  const char* name;
+  int32_t num_sms;
+  int32_t smem_per_sm_kib;
+  double hbm_read_GBps;
+  double tc_TFLOPs;
+};
+constexpr Hardware kPresets[] = {{"a100", 108, 164, 1600.0, 290.0},
+                                 {"h100", 132, 228, 3040.0, 757.0},
+                                 {"h200", 132, 228, 4200.0, 762.0}};
+
 }  // namespace
 
 DeviceInfo device_preset(const std::string& name) {
   std::string n = name;
   std::transform(n.begin(), n.end(), n.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  DeviceInfo d;  // defaults are the H200 figures
-  if (n == "h200") {
-    d.name = "h200";
-    d.num_sms = 132;
-    d.smem_per_sm_bytes = 228 * 1024;
-    d.hbm_read_GBps = 4200.0;
-    d.tc_TFLOPs = 762.0;
-    set_h100_fit(&d);  // same latencies; bytes terms scale with the bandwidth (4.20 / 3.04)
-  } else if (n == "h100") {
-    d.name = "h100";
-    d.num_sms = 132;
-    d.smem_per_sm_bytes = 228 * 1024;
-    d.hbm_read_GBps = 3040.0;
-    d.tc_TFLOPs = 757.0;
+  for (const Hardware& h : kPresets) {
+    if (n != h.name) continue;
+    DeviceInfo d;
+    d.name = h.name;
+    d.num_sms = h.num_sms;
+    d.smem_per_sm_bytes = h.smem_per_sm_kib * 1024;
+    d.hbm_read_GBps = h.hbm_read_GBps;
+    d.tc_TFLOPs = h.tc_TFLOPs;
+    // H200: the H100 latencies; bytes terms scale with the bandwidth (4.20 / 3.04).
     set_h100_fit(&d);
-  } else if (n == "a100") {
-    d.name = "a100";
-    d.num_sms = 108;
-    d.smem_per_sm_bytes = 164 * 1024;
-    d.hbm_read_GBps = 1600.0;
-    d.tc_TFLOPs = 290.0;
-    // Not measured: the H100 kernel terms with latencies scaled by the SM clock ratio
-    // (1.98 / 1.41 GHz), no PDL (the merge launch costs a full launch).
-    set_h100_fit(&d);
-    constexpr double kClock = 1.98 / 1.41;
-    d.launch_overhead_us *= kClock;
-    d.merge_launch_us = d.launch_overhead_us;
-    d.item_overhead_us *= kClock;
-    d.tile_latency_us *= kClock;
-    d.tile_latency_m128_us *= kClock;
-    d.tile_latency_wide_us *= kClock;
-    d.merge_slot_us *= kClock;
-  } else {
-    TA_CHECK_ARG(false, "device", "unknown device '", name, "' (expected a100, h100 or h200)");
+    if (n == "a100") {
+      // Not measured: the H100 kernel terms with latencies scaled by the SM clock ratio
+      // (1.98 / 1.41 GHz), no PDL (the merge launch costs a full launch).
+      constexpr double kClock = 1.98 / 1.41;
+      d.launch_overhead_us *= kClock;
+      d.merge_launch_us = d.launch_overhead_us;
+      d.item_overhead_us *= kClock;
+      d.tile_latency_us *= kClock;
+      d.tile_latency_m128_us *= kClock;
+      d.tile_latency_wide_us *= kClock;
+      d.merge_slot_us *= kClock;
+    }
+    return d;
   }
-  return d;
+  TA_CHECK_ARG(false, "device", "unknown device '", name, "' (expected a100, h100 or h200)");
+  return DeviceInfo{};
 }
 
 }  // namespace treeattn
