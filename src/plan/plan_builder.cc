@@ -150,6 +150,7 @@ void PlanBuilder::add_path_ranges(const int32_t* path, int32_t n, int64_t tok_be
 
 int32_t PlanBuilder::end_item(TileClass min_tile) {
   if (cost_only_) {
+    check_int32_sizes(row_query_.size());
     ItemSummary& c = cost_items_.back();
     if (c.rows == 0 || c.kv_tokens == 0) {
       row_query_.resize(blocks_.back().begin);
@@ -174,6 +175,8 @@ int32_t PlanBuilder::end_item(TileClass min_tile) {
     plan_.items.pop_back();
     return -1;
   }
+  check_int32_sizes(std::max({plan_.rows.size(), plan_.ranges.size(), plan_.page_ids.size(),
+                              plan_.masks.size() + item_masks_.size()}));
   if (item_masked_) {
     TA_CHECK_ARG(it.num_rows <= kMaxMaskedRows, "masks", "masked items hold at most ",
                  kMaxMaskedRows, " rows, got ", it.num_rows);
@@ -246,6 +249,7 @@ void PlanBuilder::emit_chain(int32_t node, int32_t top, int64_t len, const int32
 void PlanBuilder::emit_chunks_cost(const int32_t* queries, int32_t num_queries,
                                    const KvPieces& pieces, int32_t cap, TileClass min_tile) {
   // Each chunk's rows are stored once, in a block shared by its pieces.
+  check_int32_sizes(row_query_.size() + static_cast<size_t>(num_queries));
   for (int32_t q0 = 0; q0 < num_queries; q0 += cap) {
     const int32_t n = std::min(num_queries, q0 + cap) - q0;
     blocks_.push_back(RowBlock{static_cast<int32_t>(row_query_.size()), n, pieces.parts});
@@ -260,6 +264,12 @@ void PlanBuilder::emit_chunks_cost(const int32_t* queries, int32_t num_queries,
     const int32_t added = append_piece_summaries(pieces, c, &cost_items_);
     item_block_.insert(item_block_.end(), added, static_cast<int32_t>(blocks_.size()) - 1);
   }
+}
+
+void PlanBuilder::check_int32_sizes(size_t entries) const {
+  TA_CHECK_ARG(entries <= static_cast<size_t>(INT32_MAX), "tree", "the ", plan_.planner,
+               " plan would hold ", entries,
+               " rows, ranges, page ids or masks; plans index them with int32");
 }
 
 void PlanBuilder::count_rows(std::vector<int32_t>* count) const {

@@ -138,6 +138,9 @@ class PlanBuilder {
     if (packed > 16 && packed <= 64) return TileClass::kM64;
     return tile_class_for_rows(packed);
   }
+  /// Throws std::invalid_argument when `entries` (the size of a plan array) passes INT32_MAX:
+  /// plans index rows, ranges, page ids and masks with int32.
+  void check_int32_sizes(size_t entries) const;
   /// Rows per query over the whole plan.
   void count_rows(std::vector<int32_t>* count) const;
 
