@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "treeattn/plan/device_info.h"
+#include "treeattn/plan/layout.h"
 #include "treeattn/plan/plan.h"
 #include "treeattn/tree/prefix_tree.h"
 

@@ -14,6 +14,7 @@
 #include "common.h"
 #include "treeattn/common/error.h"
 #include "treeattn/common/half.h"
+#include "treeattn/cpu/executor.h"
 #include "treeattn/cpu/reference.h"
 
 #if TREEATTN_PY_WITH_CUDA

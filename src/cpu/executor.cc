@@ -4,27 +4,16 @@
 // empty state (lse = -inf, o = 0). Rows write the final output or their partial slot; then each
 // query merges its slots with merge_state() (attention_state.h, the tested AttentionState merge). A
 // query whose merged state is empty is a planner bug and throws std::logic_error.
+#include "treeattn/cpu/executor.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "treeattn/common/attention_state.h"
 #include "treeattn/common/error.h"
-#include "treeattn/cpu/reference.h"
 
 namespace treeattn {
-
-void check_host_inputs(const HostAttentionInputs& in) {
-  TA_CHECK_ARG(in.num_qo_heads >= 1, "num_qo_heads", "must be >= 1, got ", in.num_qo_heads);
-  TA_CHECK_ARG(in.num_kv_heads >= 1 && in.num_qo_heads % in.num_kv_heads == 0, "num_kv_heads",
-               in.num_kv_heads, " must be >= 1 and divide num_qo_heads ", in.num_qo_heads);
-  TA_CHECK_ARG(in.head_dim >= 4 && in.head_dim % 4 == 0, "head_dim",
-               "must be a positive multiple of 4, got ", in.head_dim);
-  TA_CHECK_ARG(std::isfinite(in.sm_scale), "sm_scale", "not finite");
-  TA_CHECK_ARG(in.q != nullptr, "q", "null");
-  TA_CHECK_ARG(in.k != nullptr, "k", "null");
-  TA_CHECK_ARG(in.v != nullptr, "v", "null");
-}
 
 namespace {
 

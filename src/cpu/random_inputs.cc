@@ -1,11 +1,12 @@
 // Random test inputs: q, k, v uniform in [-1, 1), q then scaled by kQueryScale (a power of two,
 // so exact) to make the softmax peaked enough that merge bugs show; every value rounded to fp16
 // or bf16 so the CPU and GPU paths see identical numbers. Deterministic per seed.
+#include "treeattn/cpu/random_inputs.h"
+
 #include <cstdint>
 
 #include "treeattn/common/error.h"
 #include "treeattn/common/half.h"
-#include "treeattn/cpu/reference.h"
 
 namespace treeattn {
 namespace {

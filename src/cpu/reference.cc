@@ -10,7 +10,17 @@
 
 namespace treeattn {
 
-void check_host_inputs(const HostAttentionInputs& in);  // executor.cc
+void check_host_inputs(const HostAttentionInputs& in) {
+  TA_CHECK_ARG(in.num_qo_heads >= 1, "num_qo_heads", "must be >= 1, got ", in.num_qo_heads);
+  TA_CHECK_ARG(in.num_kv_heads >= 1 && in.num_qo_heads % in.num_kv_heads == 0, "num_kv_heads",
+               in.num_kv_heads, " must be >= 1 and divide num_qo_heads ", in.num_qo_heads);
+  TA_CHECK_ARG(in.head_dim >= 4 && in.head_dim % 4 == 0, "head_dim",
+               "must be a positive multiple of 4, got ", in.head_dim);
+  TA_CHECK_ARG(std::isfinite(in.sm_scale), "sm_scale", "not finite");
+  TA_CHECK_ARG(in.q != nullptr, "q", "null");
+  TA_CHECK_ARG(in.k != nullptr, "k", "null");
+  TA_CHECK_ARG(in.v != nullptr, "v", "null");
+}
 
 void reference_attention(const PrefixTree& tree, const HostAttentionInputs& in,
                          const std::vector<int32_t>& queries, double* out, double* lse) {

@@ -14,11 +14,12 @@
 //   --- metadata_bytes ---
 //   fp32         [slots, num_qo_heads, head_dim]  partial_o
 //   fp32         [slots, num_qo_heads]            partial_lse
+#include "treeattn/plan/layout.h"
+
 #include <cmath>
 #include <cstring>
 
 #include "treeattn/common/error.h"
-#include "treeattn/plan/plan.h"
 
 namespace treeattn {
 namespace {

@@ -13,6 +13,7 @@
 #include "treeattn/common/half.h"
 #include "treeattn/plan/cost_model.h"
 #include "treeattn/plan/coverage.h"
+#include "treeattn/plan/layout.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/ranges.h"
 #include "treeattn/plan/stats.h"

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "treeattn/cpu/compare.h"
+#include "treeattn/cpu/executor.h"
+#include "treeattn/cpu/random_inputs.h"
 #include "treeattn/cpu/reference.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"

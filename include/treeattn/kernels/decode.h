@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "treeattn/plan/layout.h"
 #include "treeattn/plan/plan.h"
 
 typedef struct CUstream_st* cudaStream_t;

@@ -28,7 +28,9 @@ inline constexpr int32_t kMaxMaskedRows = 64;
 /// items are sorted by class, one launch per class.
 enum class TileClass : uint8_t { kM16 = 0, kM64 = 1, kM128 = 2 };
 inline constexpr int kNumTileClasses = 3;
-constexpr int tile_rows(TileClass c) { return c == TileClass::kM16 ? 16 : c == TileClass::kM64 ? 64 : 128; }
+constexpr int tile_rows(TileClass c) {
+  return c == TileClass::kM16 ? 16 : c == TileClass::kM64 ? 64 : 128;
+}
 /// Smallest class holding `packed_rows` rows; throws std::invalid_argument if > 128.
 TileClass tile_class_for_rows(int32_t packed_rows);
 
@@ -52,7 +54,7 @@ struct WorkItem {
   int32_t range_begin = 0, num_ranges = 0;  ///< into Plan::ranges
   int32_t mask_begin = -1;                  ///< into Plan::masks (one per range), -1 = no masks
   TileClass tile = TileClass::kM16;
-  int32_t kv_tokens = 0;                    ///< sum of the ranges' len
+  int32_t kv_tokens = 0;  ///< sum of the ranges' len
 };
 
 struct PlanShape {
@@ -69,15 +71,17 @@ struct Plan {
   int32_t version = kPlanVersion;
   std::string planner;
   PlanShape shape;
-  std::vector<WorkItem> items;      ///< sorted by tile class (then by decreasing cost)
+  std::vector<WorkItem> items;  ///< sorted by tile class (then by decreasing cost)
   std::vector<PlanRow> rows;
   std::vector<KvRange> ranges;
   std::vector<int32_t> page_ids;
   std::vector<uint64_t> masks;
-  int32_t num_slots = 0;            ///< partial slots; slot s holds [num_qo_heads, head_dim] fp32 + LSE
-  std::vector<int32_t> merge_indptr;  ///< num_queries + 1; query q merges merge_slots[indptr[q]..indptr[q+1])
-  std::vector<int32_t> merge_slots;   ///< empty range for queries written directly
-  int32_t class_begin[kNumTileClasses + 1] = {0, 0, 0, 0};  ///< items of class c: [begin[c], begin[c+1])
+  int32_t num_slots = 0;  ///< partial slots; slot s holds [num_qo_heads, head_dim] fp32 + LSE
+  std::vector<int32_t>
+      merge_indptr;  ///< num_queries + 1; query q merges merge_slots[indptr[q]..indptr[q+1])
+  std::vector<int32_t> merge_slots;  ///< empty range for queries written directly
+  int32_t class_begin[kNumTileClasses + 1] = {0, 0, 0,
+                                              0};  ///< items of class c: [begin[c], begin[c+1])
 };
 
 /// Throws std::logic_error if the plan is internally inconsistent (indices out of range, a query
@@ -87,59 +91,5 @@ void validate_plan(const Plan& plan);
 
 /// Fills class_begin and sorts items by class (stable); call at the end of every planner.
 void finalize_plan(Plan* plan);
-
-// ---------------------------------------------------------------------------------------------
-// Device-side layout. One function computes the workspace size and every buffer's offset, so the
-// two cannot disagree. All offsets are 256-byte aligned from the workspace base.
-
-/// POD copies of the plan arrays as the kernels read them.
-struct DeviceItem {
-  int32_t row_begin, num_rows, range_begin, num_ranges, mask_begin, kv_tokens;
-};
-struct DeviceRange {
-  int32_t page_begin, page_offset, len, token_begin;  ///< token_begin: prefix sum within the item
-};
-struct DeviceHeader {
-  int32_t class_begin[kNumTileClasses + 1];
-  int32_t num_queries;
-  int32_t num_slots;
-};
-
-struct PlanLayout {
-  PlanShape shape;  ///< heads, head_dim, page_size, dtype size the workspace was laid out for
-  // capacities the layout was sized for (>= the plan's counts; graphs reuse a layout). The
-  // kernels launch class_items[c] CTAs per KV head for class c and read the real counts from
-  // the DeviceHeader, so a captured graph stays valid for any later plan that fits.
-  int64_t class_items[kNumTileClasses] = {0, 0, 0};
-  int64_t items = 0, rows = 0, ranges = 0, page_ids = 0, masks = 0, slots = 0, queries = 0;
-  int32_t num_qo_heads = 0, head_dim = 0;
-  // byte offsets into the workspace
-  int64_t header_off = 0, items_off = 0, rows_off = 0, ranges_off = 0, page_ids_off = 0,
-          masks_off = 0, merge_indptr_off = 0, merge_slots_off = 0, partial_o_off = 0,
-          partial_lse_off = 0;
-  int64_t metadata_bytes = 0;  ///< [0, metadata_bytes) is plan metadata, copied host -> device
-  int64_t total_bytes = 0;     ///< whole workspace (metadata + fp32 partials)
-};
-
-/// Headroom > 1 sizes every capacity up (for graph replay over later, larger plans).
-PlanLayout plan_layout(const Plan& plan, double headroom = 1.0);
-/// Writes the plan's metadata into host memory laid out as `layout` ([0, layout.metadata_bytes)).
-/// Throws std::invalid_argument naming "layout" if the plan exceeds its capacities.
-void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata);
-
-// ---------------------------------------------------------------------------------------------
-// Statistics.
-
-struct PlanStats {
-  int64_t items = 0, ctas = 0, launches = 0;
-  int64_t kv_bytes_read = 0;       ///< sum over items of kv_tokens x kv_heads x head_dim x 2 x dtype
-  int64_t unique_kv_bytes = 0;     ///< each used token once
-  int64_t redundant_kv_bytes = 0;  ///< kv_bytes_read - unique_kv_bytes
-  int64_t partial_bytes = 0;       ///< partial O + LSE written and read back by the merge
-  int64_t qo_bytes = 0;            ///< Q read (per item row) + O written
-  double padding_fraction = 0;     ///< wasted MMA rows / issued rows (tile padding)
-  double flops = 0;                ///< tensor-core FLOPs issued, padding included
-  double est_time_us = 0;          ///< cost-model makespan on the DeviceInfo
-};
 
 }  // namespace treeattn

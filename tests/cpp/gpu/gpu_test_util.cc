@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "treeattn/common/half.h"
+#include "treeattn/cpu/random_inputs.h"
 #include "treeattn/cpu/reference.h"
 
 namespace treeattn::gpu_test {

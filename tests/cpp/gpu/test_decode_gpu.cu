@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "treeattn/cpu/random_inputs.h"
 #include "treeattn/cpu/reference.h"
 #include "treeattn/kernels/decode.h"
 #include "treeattn/plan/planner.h"

@@ -1,0 +1,47 @@
+// The device-side layout of a Plan (src/plan/layout.cc). One function computes the workspace
+// size and every buffer's offset, so the two cannot disagree. All offsets are 256-byte aligned
+// from the workspace base.
+#pragma once
+
+#include <cstdint>
+
+#include "treeattn/plan/plan.h"
+
+namespace treeattn {
+
+/// POD copies of the plan arrays as the kernels read them.
+struct DeviceItem {
+  int32_t row_begin, num_rows, range_begin, num_ranges, mask_begin, kv_tokens;
+};
+struct DeviceRange {
+  int32_t page_begin, page_offset, len, token_begin;  ///< token_begin: prefix sum within the item
+};
+struct DeviceHeader {
+  int32_t class_begin[kNumTileClasses + 1];
+  int32_t num_queries;
+  int32_t num_slots;
+};
+
+struct PlanLayout {
+  PlanShape shape;  ///< heads, head_dim, page_size, dtype size the workspace was laid out for
+  // capacities the layout was sized for (>= the plan's counts; graphs reuse a layout). The
+  // kernels launch class_items[c] CTAs per KV head for class c and read the real counts from
+  // the DeviceHeader, so a captured graph stays valid for any later plan that fits.
+  int64_t class_items[kNumTileClasses] = {0, 0, 0};
+  int64_t items = 0, rows = 0, ranges = 0, page_ids = 0, masks = 0, slots = 0, queries = 0;
+  int32_t num_qo_heads = 0, head_dim = 0;
+  // byte offsets into the workspace
+  int64_t header_off = 0, items_off = 0, rows_off = 0, ranges_off = 0, page_ids_off = 0,
+          masks_off = 0, merge_indptr_off = 0, merge_slots_off = 0, partial_o_off = 0,
+          partial_lse_off = 0;
+  int64_t metadata_bytes = 0;  ///< [0, metadata_bytes) is plan metadata, copied host -> device
+  int64_t total_bytes = 0;     ///< whole workspace (metadata + fp32 partials)
+};
+
+/// Headroom > 1 sizes every capacity up (for graph replay over later, larger plans).
+PlanLayout plan_layout(const Plan& plan, double headroom = 1.0);
+/// Writes the plan's metadata into host memory laid out as `layout` ([0, layout.metadata_bytes)).
+/// Throws std::invalid_argument naming "layout" if the plan exceeds its capacities.
+void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata);
+
+}  // namespace treeattn
