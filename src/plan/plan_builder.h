@@ -1,4 +1,4 @@
-// The one building-block API every planner (src/plan/*.cc) uses to emit a Plan:
+// The one building-block API every planner (src/plan/planners/*.cc) uses to emit a Plan:
 //
 //   PlanBuilder b(tree, opts, "name");
 //   b.begin_item();
@@ -61,6 +61,11 @@ struct KvPieces {
 };
 /// The pieces emit_group() cuts a chain of `total` >= 1 tokens into.
 KvPieces split_pieces(int64_t total, int32_t parts);
+/// How many pieces to cut a chain of `len` tokens into so that none is longer than `max_len`
+/// (1 when the chain already fits).
+inline int32_t pieces_at_most(int64_t len, int64_t max_len) {
+  return static_cast<int32_t>(len > max_len ? ceil_div(len, max_len) : 1);
+}
 /// Appends the cost model's summaries of one query chunk over every piece: `item` (rows, tile,
 /// partial rows) with kv_tokens = base + 1 for `rem` pieces, then base for the others (empty
 /// counts left out; the cost does not depend on the pieces' order). Returns the entries added.

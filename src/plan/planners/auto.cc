@@ -73,10 +73,8 @@ class AutoPlanner {
   /// KV pieces of each group when chains longer than `thr` tokens are split into pieces <= thr.
   static void split_parts(const ChainGroups& cg, int64_t thr, std::vector<int32_t>* parts) {
     parts->resize(cg.groups.size());
-    for (size_t i = 0; i < cg.groups.size(); ++i) {
-      const int64_t len = cg.groups[i].len;
-      (*parts)[i] = static_cast<int32_t>(len > thr ? ceil_div(len, thr) : 1);
-    }
+    for (size_t i = 0; i < cg.groups.size(); ++i)
+      (*parts)[i] = pieces_at_most(cg.groups[i].len, thr);
   }
 
   /// Emits the groups, group i cut into parts[i] KV pieces.

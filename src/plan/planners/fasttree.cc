@@ -66,7 +66,7 @@ void fasttree(const PrefixTree& tree, const TreeIndex& index, const PlanOptions&
 
   for (size_t i = 0; i < cg.groups.size(); ++i) {
     const ChainGroups::Group& g = cg.groups[i];
-    const int32_t parts = static_cast<int32_t>(g.len > thr ? ceil_div(g.len, thr) : 1);
+    const int32_t parts = pieces_at_most(g.len, thr);
     const TileClass min_tile =
         cap[i] == cm.qt16 && g.num_queries() <= cm.qt16 ? TileClass::kM16 : TileClass::kM64;
     b->emit_chain(g.node, g.top, g.len, cg.queries.data() + g.q_begin, g.num_queries(), cap[i],

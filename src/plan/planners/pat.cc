@@ -38,7 +38,7 @@ void pat(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts
   const int64_t mean = std::max<int64_t>(1, ceil_div(kv, std::max<int64_t>(ctas, 1)));
 
   for (const ChainGroups::Group& g : cg.groups) {
-    const int32_t parts = static_cast<int32_t>(g.len > mean ? ceil_div(g.len, mean) : 1);
+    const int32_t parts = pieces_at_most(g.len, mean);
     b->emit_chain(g.node, g.top, g.len, cg.queries.data() + g.q_begin, g.num_queries(),
                   static_cast<int32_t>(cap), parts);
   }
