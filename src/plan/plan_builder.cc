@@ -23,33 +23,6 @@ PlanShape plan_shape(const PrefixTree& tree, const PlanOptions& opts) {
   return s;
 }
 
-KvPieces split_pieces(int64_t total, int32_t parts) {
-  KvPieces k;
-  k.total = total;
-  k.parts = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(parts, total)));
-  k.base = total / k.parts;
-  k.rem = total % k.parts;
-  return k;
-}
-
-int32_t append_piece_summaries(const KvPieces& pieces, ItemSummary item,
-                               std::vector<ItemSummary>* out) {
-  int32_t added = 0;
-  if (pieces.rem > 0) {
-    item.kv_tokens = static_cast<int32_t>(pieces.base + 1);
-    item.count = pieces.rem;
-    out->push_back(item);
-    ++added;
-  }
-  if (pieces.base > 0) {
-    item.kv_tokens = static_cast<int32_t>(pieces.base);
-    item.count = pieces.parts - pieces.rem;
-    out->push_back(item);
-    ++added;
-  }
-  return added;
-}
-
 int32_t max_queries_per_item(const PlanOptions& opts, bool masked) {
   const int32_t group = std::max(1, opts.num_qo_heads / std::max(1, opts.num_kv_heads));
   int32_t cap = std::max(1, 128 / group);
@@ -150,7 +123,6 @@ void PlanBuilder::add_path_ranges(const int32_t* path, int32_t n, int64_t tok_be
 
 int32_t PlanBuilder::end_item(TileClass min_tile) {
   if (cost_only_) {
-    check_int32_sizes(row_query_.size());
     ItemSummary& c = cost_items_.back();
     if (c.rows == 0 || c.kv_tokens == 0) {
       row_query_.resize(blocks_.back().begin);
@@ -175,8 +147,6 @@ int32_t PlanBuilder::end_item(TileClass min_tile) {
     plan_.items.pop_back();
     return -1;
   }
-  check_int32_sizes(std::max({plan_.rows.size(), plan_.ranges.size(), plan_.page_ids.size(),
-                              plan_.masks.size() + item_masks_.size()}));
   if (item_masked_) {
     TA_CHECK_ARG(it.num_rows <= kMaxMaskedRows, "masks", "masked items hold at most ",
                  kMaxMaskedRows, " rows, got ", it.num_rows);
@@ -249,7 +219,6 @@ void PlanBuilder::emit_chain(int32_t node, int32_t top, int64_t len, const int32
 void PlanBuilder::emit_chunks_cost(const int32_t* queries, int32_t num_queries,
                                    const KvPieces& pieces, int32_t cap, TileClass min_tile) {
   // Each chunk's rows are stored once, in a block shared by its pieces.
-  check_int32_sizes(row_query_.size() + static_cast<size_t>(num_queries));
   for (int32_t q0 = 0; q0 < num_queries; q0 += cap) {
     const int32_t n = std::min(num_queries, q0 + cap) - q0;
     blocks_.push_back(RowBlock{static_cast<int32_t>(row_query_.size()), n, pieces.parts});
@@ -262,7 +231,8 @@ void PlanBuilder::emit_chunks_cost(const int32_t* queries, int32_t num_queries,
     c.rows = n;
     c.tile = std::max(tile_for(n), min_tile);
     const int32_t added = append_piece_summaries(pieces, c, &cost_items_);
-    item_block_.insert(item_block_.end(), added, static_cast<int32_t>(blocks_.size()) - 1);
+    for (int32_t k = 0; k < added; ++k)
+      item_block_.push_back(static_cast<int32_t>(blocks_.size()) - 1);
   }
 }
 
@@ -290,6 +260,9 @@ void PlanBuilder::count_rows(std::vector<int32_t>* count) const {
 
 Plan PlanBuilder::finish(SlotOrder order) {
   TA_CHECK_INTERNAL(!cost_only_, "finish() on a cost-only PlanBuilder");
+  // Offsets taken while building wrap past INT32_MAX; such a plan never leaves the builder.
+  check_int32_sizes(std::max({plan_.items.size(), plan_.rows.size(), plan_.ranges.size(),
+                              plan_.page_ids.size(), plan_.masks.size()}));
   const int32_t nq = plan_.shape.num_queries;
   std::vector<int32_t> count;
   count_rows(&count);
@@ -319,6 +292,7 @@ Plan PlanBuilder::finish(SlotOrder order) {
 
 double PlanBuilder::cost_us(const DeviceInfo& dev, double prune_above) {
   TA_CHECK_INTERNAL(cost_only_, "cost_us() on a full PlanBuilder (use estimate_plan_us)");
+  check_int32_sizes(std::max({row_query_.size(), blocks_.size(), cost_items_.size()}));
   std::vector<int32_t>& count = count_scratch_;
   count_rows(&count);
   int64_t num_slots = 0, merged = 0;

@@ -60,7 +60,14 @@ struct KvPieces {
   int64_t begin(int32_t p) const { return total * p / parts; }
 };
 /// The pieces emit_group() cuts a chain of `total` >= 1 tokens into.
-KvPieces split_pieces(int64_t total, int32_t parts);
+inline KvPieces split_pieces(int64_t total, int32_t parts) {
+  KvPieces k;
+  k.total = total;
+  k.parts = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(parts, total)));
+  k.base = total / k.parts;
+  k.rem = total % k.parts;
+  return k;
+}
 /// How many pieces to cut a chain of `len` tokens into so that none is longer than `max_len`
 /// (1 when the chain already fits).
 inline int32_t pieces_at_most(int64_t len, int64_t max_len) {
@@ -69,8 +76,23 @@ inline int32_t pieces_at_most(int64_t len, int64_t max_len) {
 /// Appends the cost model's summaries of one query chunk over every piece: `item` (rows, tile,
 /// partial rows) with kv_tokens = base + 1 for `rem` pieces, then base for the others (empty
 /// counts left out; the cost does not depend on the pieces' order). Returns the entries added.
-int32_t append_piece_summaries(const KvPieces& pieces, ItemSummary item,
-                               std::vector<ItemSummary>* out);
+inline int32_t append_piece_summaries(const KvPieces& pieces, ItemSummary item,
+                                      std::vector<ItemSummary>* out) {
+  int32_t added = 0;
+  if (pieces.rem > 0) {
+    item.kv_tokens = static_cast<int32_t>(pieces.base + 1);
+    item.count = pieces.rem;
+    out->push_back(item);
+    ++added;
+  }
+  if (pieces.base > 0) {
+    item.kv_tokens = static_cast<int32_t>(pieces.base);
+    item.count = pieces.parts - pieces.rem;
+    out->push_back(item);
+    ++added;
+  }
+  return added;
+}
 
 class PlanBuilder {
  public:

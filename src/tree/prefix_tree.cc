@@ -127,24 +127,30 @@ void validate(const PrefixTree& tree) {
 
 namespace detail {
 
-void children_csr(const PrefixTree& tree, std::vector<int32_t>* ptr, std::vector<int32_t>* ids,
-                  std::vector<int32_t>* roots) {
+int32_t children_csr(const PrefixTree& tree, std::vector<int32_t>* ptr, std::vector<int32_t>* ids,
+                     std::vector<int32_t>* roots) {
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
   ptr->assign(n + 1, 0);
   roots->clear();
   const auto has_parent = [&](const TreeNode& nd) {
     return nd.alive && nd.parent != kNoParent && nd.parent >= 0 && nd.parent < n;
   };
+  int32_t bad = -1;
   for (int32_t i = 0; i < n; ++i) {
     const TreeNode& nd = tree.nodes[i];
     if (nd.alive && nd.parent == kNoParent) roots->push_back(i);
-    if (has_parent(nd)) ++(*ptr)[nd.parent + 1];
+    if (has_parent(nd)) {
+      ++(*ptr)[nd.parent + 1];
+    } else if (nd.alive && nd.parent != kNoParent && bad < 0) {
+      bad = i;
+    }
   }
   for (int32_t i = 0; i < n; ++i) (*ptr)[i + 1] += (*ptr)[i];
   ids->resize((*ptr)[n]);
   std::vector<int32_t> fill(ptr->begin(), ptr->end() - 1);
   for (int32_t i = 0; i < n; ++i)
     if (has_parent(tree.nodes[i])) (*ids)[fill[tree.nodes[i].parent]++] = i;
+  return bad;
 }
 
 std::vector<int32_t> preorder_csr(const std::vector<int32_t>& ptr, const std::vector<int32_t>& ids,
@@ -224,21 +230,20 @@ PrefixTree assemble_tree(const std::vector<int32_t>& parents, const std::vector<
 // parent chain instead of materialising their paths.
 TreeIndex build_index(const PrefixTree& tree) {
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
-  for (int32_t i = 0; i < n; ++i) {
-    const TreeNode& nd = tree.nodes[i];
-    TA_CHECK_ARG(!nd.alive || nd.parent == kNoParent || (nd.parent >= 0 && nd.parent < n),
-                 node_name(i) + ".parent", "unknown parent index ", nd.parent);
-  }
   TreeIndex ix;
-  detail::children_csr(tree, &ix.child_ptr, &ix.child_ids, &ix.roots);
+  const int32_t bad = detail::children_csr(tree, &ix.child_ptr, &ix.child_ids, &ix.roots);
+  TA_CHECK_ARG(bad < 0, node_name(bad) + ".parent", "unknown parent index ",
+               tree.nodes[bad].parent);
   ix.preorder = detail::preorder_csr(ix.child_ptr, ix.child_ids, ix.roots);
-  ix.depth.assign(n, 0);
+  ix.depth.assign(n, -1);
   ix.start.assign(n, 0);
   for (const int32_t v : ix.preorder) {
     const int32_t p = tree.nodes[v].parent;
     if (p != kNoParent) {
       ix.depth[v] = ix.depth[p] + 1;
       ix.start[v] = ix.start[p] + tree.nodes[p].tokens;
+    } else {
+      ix.depth[v] = 0;
     }
   }
   // Queries below each node: own counts summed bottom-up (64-bit: the total is the sum of the
@@ -264,15 +269,12 @@ TreeIndex build_index(const PrefixTree& tree) {
   for (int32_t q = 0; q < nq; ++q) ix.own_ids[own_fill[tree.query_node[q]]++] = q;
   ix.below_ids.resize(static_cast<size_t>(ix.below_ptr[n]));
   std::vector<int64_t> fill(ix.below_ptr.begin(), ix.below_ptr.end() - 1);
+  // A query on a node of the preorder has a path of live nodes up to a root.
   for (int32_t q = 0; q < nq; ++q) {
-    int32_t steps = 0;
-    for (int32_t v = tree.query_node[q]; v != kNoParent; v = tree.nodes[v].parent) {
-      TA_CHECK_ARG(v >= 0 && v < n && steps++ < n, detail::concat("query ", q),
-                   "path is broken or cyclic at node index ", v);
-      TA_CHECK_ARG(fill[v] < ix.below_ptr[v + 1], detail::concat("query ", q),
-                   "path reaches node index ", v, ", which is not live");
+    TA_CHECK_ARG(ix.depth[tree.query_node[q]] >= 0, detail::concat("query ", q), "node index ",
+                 tree.query_node[q], " is dead or not reachable from a root");
+    for (int32_t v = tree.query_node[q]; v != kNoParent; v = tree.nodes[v].parent)
       ix.below_ids[fill[v]++] = q;
-    }
   }
   return ix;
 }

@@ -28,9 +28,10 @@ PrefixTree assemble_tree(const std::vector<int32_t>& parents, const std::vector<
                          PageLayout layout, uint64_t seed, int32_t spare_pages = 0);
 
 /// Children of every live node, in index order, as CSR (ptr: nodes + 1 entries, ids), and the
-/// live roots in index order; nodes whose parent index is out of range are left out.
-void children_csr(const PrefixTree& tree, std::vector<int32_t>* ptr, std::vector<int32_t>* ids,
-                  std::vector<int32_t>* roots);
+/// live roots in index order; nodes whose parent index is out of range are left out. Returns the
+/// first live node with an out-of-range parent index, or -1.
+int32_t children_csr(const PrefixTree& tree, std::vector<int32_t>* ptr, std::vector<int32_t>* ids,
+                     std::vector<int32_t>* roots);
 /// Preorder over a children CSR from `roots` (explicit stack: deep chains cannot overflow).
 std::vector<int32_t> preorder_csr(const std::vector<int32_t>& ptr, const std::vector<int32_t>& ids,
                                   const std::vector<int32_t>& roots);

@@ -191,6 +191,25 @@ TEST(TreeValidate, IndexCountsQueriesBelowIn64Bit) {
   EXPECT_TRUE(ix.own_queries(0).empty());
 }
 
+TEST(TreeValidate, IndexRejectsWhatItCannotWalk) {
+  // build_index needs no validate() first: bad parents, dead query nodes and cycles throw.
+  PrefixTree t = small_tree();
+  t.nodes[1].parent = 99;
+  expect_invalid([&] { build_index(t); }, {"nodes[1].parent", "unknown parent index 99"});
+  t = small_tree();
+  t.nodes[2].alive = false;
+  expect_invalid([&] { build_index(t); }, {"query 1", "node index 2", "dead"});
+  t = small_tree();
+  t.nodes[0].parent = 2;  // 0 -> 2 -> 0: no root reaches the queries
+  expect_invalid([&] { build_index(t); }, {"query 0", "not reachable"});
+  t = small_tree();
+  t.nodes[2].alive = false;
+  t.query_node = {0};
+  const TreeIndex ix = build_index(t);  // a dead leaf without queries is simply left out
+  EXPECT_EQ(ix.depth[2], -1);
+  EXPECT_EQ(ix.preorder.size(), 2u);
+}
+
 TEST(TreeValidate, IndexViews) {
   PrefixTree t = small_tree();
   t.nodes.push_back({13, 2, 3, 0, {3}, true});  // unused leaf under b (slot 0 of page 3 is free)

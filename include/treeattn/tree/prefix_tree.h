@@ -95,7 +95,7 @@ struct IdSpan {
 /// query order. Computed in O(nodes + sum over queries of path depth); that sum may pass 2^31,
 /// so the queries_below offsets are 64-bit.
 struct TreeIndex {
-  std::vector<int32_t> depth;                 ///< per node; roots have depth 0
+  std::vector<int32_t> depth;                 ///< per node; roots 0, nodes not reached -1
   std::vector<int64_t> start;                 ///< per node: absolute position of the node's token 0
   std::vector<int32_t> roots;                 ///< live roots in index order
   std::vector<int32_t> preorder;              ///< live nodes, parents before children
@@ -118,7 +118,7 @@ struct TreeIndex {
   }
 };
 /// The index of `tree`; throws std::invalid_argument on an unknown parent index or a query on
-/// an unknown node or a broken (cyclic) path.
+/// an unknown node, a dead one or one not reachable from a root (cycle).
 TreeIndex build_index(const PrefixTree& tree);
 
 /// Nodes on query q's path, root first.
