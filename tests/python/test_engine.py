@@ -169,8 +169,11 @@ def test_decode_matches_prefill_and_prefix_reuse(tiny):
         assert torch.allclose(l2, ref, atol=1e-4)
 
 
-def test_hf_transformers_llama_logits(tmp_path, tiny):
+@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2"])
+def test_hf_transformers_logits(tmp_path, preset):
+    """Same weights in HF transformers (LlamaForCausalLM / Qwen2ForCausalLM): same logits."""
     transformers = pytest.importorskip("transformers")
+    tiny = Model.random(ModelConfig.preset(preset), seed=4)
     tiny.save(str(tmp_path))
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path),
                                                            torch_dtype=torch.float32)

@@ -254,7 +254,11 @@ def cmd_bench(args) -> int:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)
     if args.png:
-        plot(recs, args.png)
+        try:
+            plot(recs, args.png)
+        except ImportError as e:  # the table and JSON still count; `plot` makes the PNG later
+            print(f"no PNG ({e}); run `treeattn-engine plot {args.json} {args.png}` where "
+                  f"matplotlib is installed", file=sys.stderr)
     print(table(recs))
     print(f"tree per step (W1-like, host): from_block_tables {probe['from_block_tables_ms']:.3f} "
           f"ms, incremental append_tokens {probe['append_tokens_ms']:.3f} ms, "
@@ -293,9 +297,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--json")
     b.add_argument("--png")
     b.add_argument("--no-progress", action="store_true")
+    pl = sub.add_parser("plot", help="table and PNG from a bench JSON (e.g. a device run)")
+    pl.add_argument("json")
+    pl.add_argument("png", nargs="?")
     args = ap.parse_args(argv)
     if args.cmd == "bench":
         return cmd_bench(args)
+    if args.cmd == "plot":
+        with open(args.json) as f:
+            recs = json.load(f)["records"]
+        print(table(recs))
+        if args.png:
+            plot(recs, args.png)
+        return 0
     return 2
 
 

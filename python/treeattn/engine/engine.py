@@ -236,8 +236,7 @@ class Engine:
 
     @staticmethod
     def _fill(g, tokens, positions, slots, copies):
-        dev = g["tokens"].device
-        g["tokens"].copy_(torch.tensor(tokens), non_blocking=False)
+        g["tokens"].copy_(torch.tensor(tokens))
         g["positions"].copy_(torch.tensor(positions))
         g["slots"].copy_(torch.tensor(slots))
         cap = g["csrc"].shape[0]
@@ -245,7 +244,6 @@ class Engine:
         dst = [b for _, b in copies] + [0] * (cap - len(copies))
         g["csrc"].copy_(torch.tensor(src))
         g["cdst"].copy_(torch.tensor(dst))
-        del dev
 
     def time_attention(self, T: int) -> float:
         """GPU time (CUDA events) of the backend's attention over every layer for the step just

@@ -122,6 +122,15 @@ class Model:
                          if c.qkv_bias else None),
             }
             self.layers.append(lay)
+            # the HF names become views of the fused tensors (no second copy of the weights)
+            nq, nk = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+            for n, (lo, hi) in zip("qkv", ((0, nq), (nq, nq + nk), (nq + nk, nq + 2 * nk))):
+                weights[a + f"{n}_proj.weight"] = lay["wqkv"][lo:hi]
+                if c.qkv_bias:
+                    weights[a + f"{n}_proj.bias"] = lay["bqkv"][lo:hi]
+            I = c.intermediate_size
+            weights[p + "mlp.gate_proj.weight"] = lay["wgu"][:I]
+            weights[p + "mlp.up_proj.weight"] = lay["wgu"][I:]
         self.embed = weights["model.embed_tokens.weight"]
         self.norm = weights["model.norm.weight"]
         self.lm_head = weights.get("lm_head.weight", self.embed)
@@ -190,7 +199,7 @@ class Model:
         os.makedirs(path, exist_ok=True)
         with open(os.path.join(path, "config.json"), "w") as f:
             json.dump(self.config.to_hf(), f, indent=1)
-        save_file({k: v.contiguous().cpu() for k, v in self.weights.items()},
+        save_file({k: v.detach().cpu().clone() for k, v in self.weights.items()},
                   os.path.join(path, "model.safetensors"))
 
     # ---- forward
