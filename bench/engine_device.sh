@@ -64,6 +64,27 @@ fi
 "$PY" -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 "$PY" -c 'import flashinfer; print("flashinfer", flashinfer.__version__)' 2>&1 | tail -n 1
 
+# ---- FlashInfer JIT (its tensor-core decode module, bf16/fp16, head_dim 128) in the background,
+# while treeattn builds; the engine's flashinfer backend uses exactly this variant
+if [[ ",$BACKENDS," == *",flashinfer,"* ]] && "$PY" -c 'import flashinfer' 2>/dev/null; then
+  DT=$([ "$DTYPE" = fp16 ] && echo float16 || echo bfloat16)
+  timeout 420 "$PY" - "$DT" >"$OUT/flashinfer_jit.log" 2>&1 <<'EOF' &
+import sys, time, torch, flashinfer
+t = time.time()
+dt = getattr(torch, sys.argv[1])
+ws = torch.zeros(64 << 20, dtype=torch.uint8, device="cuda")
+w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+i32 = lambda x: torch.tensor(x, dtype=torch.int32, device="cuda")
+w.plan(i32([0, 2, 3]), i32([0, 1, 2]), i32([16, 5]), 32, 8, 128, 16, pos_encoding_mode="NONE",
+       q_data_type=dt, kv_data_type=dt)
+k = torch.randn(3, 16, 8, 128, dtype=dt, device="cuda")
+w.run(torch.randn(2, 32, 128, dtype=dt, device="cuda"), (k, k.clone()))
+torch.cuda.synchronize()
+print(f"flashinfer JIT warm-up done in {time.time() - t:.0f} s")
+EOF
+  fi_pid=$!
+fi
+
 # ---- build + install treeattn with the CUDA kernels (Hopper only)
 t0=$SECONDS
 "$PY" -m pip install --no-build-isolation --no-deps -v . \
@@ -73,6 +94,10 @@ rc=$?
 note "build: rc=$rc in $((SECONDS - t0)) s"
 if [ $rc -ne 0 ]; then tail -n 30 "$OUT/build.log"; exit $rc; fi
 (cd /tmp && "$PY" -c 'import treeattn; print("treeattn built_with_cuda", treeattn.built_with_cuda)')
+
+if [ -n "${fi_pid:-}" ]; then
+  t0=$SECONDS; wait $fi_pid; note "flashinfer warm-up: rc=$? (waited $((SECONDS - t0)) s): $(tail -n 1 "$OUT/flashinfer_jit.log")"
+fi
 
 # ---- engine tests (CPU tests too: the HF transformers comparison runs here)
 if [ "${SKIP_TESTS:-0}" != 1 ]; then

@@ -16,6 +16,7 @@ return False when that state had to be rebuilt (capacity exceeded: the engine re
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional
@@ -133,7 +134,9 @@ class TreeAttnBackend(Backend):
             old.update(new)
             self.cur = old
             return True
-        p = self._plan(tree, self.headroom).to_device(self.device)
+        p = self._plan(tree, self.headroom)
+        if self.device.type == "cuda":
+            p.to_device(self.device)
         self.plans[key] = self.cur = p
         return False
 
@@ -213,8 +216,9 @@ class FlashInferBackend(Backend):
         counts = [(n + P - 1) // P for n in meta.seq_lens]
         indptr = np.zeros(meta.rows + 1, dtype=np.int32)
         np.cumsum(counts, out=indptr[1:])
-        indices = np.fromiter((p for t, c in zip(meta.block_tables, counts) for p in t[:c]),
-                              dtype=np.int32, count=int(indptr[-1]))
+        indices = np.fromiter(itertools.chain.from_iterable(
+            t[:c] for t, c in zip(meta.block_tables, counts)), dtype=np.int32,
+            count=int(indptr[-1]))
         last = np.array([n - (c - 1) * P for n, c in zip(meta.seq_lens, counts)], np.int32)
         dev = self.device
         ok = True
