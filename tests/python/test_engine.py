@@ -278,7 +278,7 @@ def test_bench_cli_cpu(tmp_path):
     d = json.load(open(js))
     recs = {(r["workload"], r["backend"]): r for r in d["records"]}
     assert recs[("W6", "treeattn")]["decode_tok_s"] > 0
-    assert recs[("W6", "none")]["plan_ms_per_step"] == 0.0
+    assert recs[("W6", "none")]["plan_ms_per_step"] < 0.1
     assert "error" in recs[("W6", "flashinfer")]  # no CUDA here
     assert d["tree_update_probe"]["from_block_tables_ms"] > 0
     assert os.path.getsize(png) > 1000
