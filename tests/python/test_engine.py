@@ -169,11 +169,15 @@ def test_decode_matches_prefill_and_prefix_reuse(tiny):
         assert torch.allclose(l2, ref, atol=1e-4)
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2"])
+@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2", "tiny-llama3.1"])
 def test_hf_transformers_logits(tmp_path, preset):
     """Same weights in HF transformers (LlamaForCausalLM / Qwen2ForCausalLM): same logits."""
     transformers = pytest.importorskip("transformers")
-    tiny = Model.random(ModelConfig.preset(preset), seed=4)
+    if preset == "tiny-llama3.1":  # llama3 RoPE scaling, wavelengths on both sides of the band
+        cfg = ModelConfig.preset("tiny", rope_theta=500000.0, rope_scaling=(8.0, 1.0, 4.0, 64))
+    else:
+        cfg = ModelConfig.preset(preset)
+    tiny = Model.random(cfg, seed=4)
     tiny.save(str(tmp_path))
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path),
                                                            torch_dtype=torch.float32)

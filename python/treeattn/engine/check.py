@@ -28,8 +28,9 @@ def teacher_forced_kl(model: Model, workload: str, params: dict, backend: str,
     returns the max-over-rows KL of each checked step (prefill logits included)."""
     ref_model = ref_model or model.to(torch.float32)
     mt = workloads.max_tokens(workload, params)
-    ref = Engine(ref_model, "sdpa", page_size=page_size, max_tokens=mt, max_seqs=workloads.max_seqs(workload, params), cuda_graphs=False,
-                 seed=seed)
+    ms = workloads.max_seqs(workload, params)
+    ref = Engine(ref_model, "sdpa", page_size=page_size, max_tokens=mt, max_seqs=ms,
+                 cuda_graphs=False, seed=seed)
     ref.recorder = Recorder()
     logged: list = []
     count = [0]
@@ -46,8 +47,8 @@ def teacher_forced_kl(model: Model, workload: str, params: dict, backend: str,
     ref.cache.check()
     del ref.cache
 
-    eng = Engine(model, backend, page_size=page_size, max_tokens=mt, max_seqs=workloads.max_seqs(workload, params), cuda_graphs=cuda_graphs,
-                 seed=seed)
+    eng = Engine(model, backend, page_size=page_size, max_tokens=mt, max_seqs=ms,
+                 cuda_graphs=cuda_graphs, seed=seed)
     eng.recorder = ref.recorder.replay()
     kls: List[float] = []
     pos = [0]

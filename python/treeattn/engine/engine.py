@@ -49,7 +49,8 @@ class Engine:
     max_seqs live sequences). seed: sampling."""
 
     def __init__(self, model: Model, backend: str = "sdpa", page_size: int = 16,
-                 num_pages: Optional[int] = None, max_tokens: int = 1 << 16, max_seqs: int = 64,
+                 num_pages: Optional[int] = None, max_tokens: int = 1 << 16,
+                 max_seqs: int = 64,
                  cuda_graphs: Optional[bool] = None, seed: int = 0,
                  time_attention_every: int = 0):
         c = model.config
@@ -155,7 +156,8 @@ class Engine:
             lens += [1] * pad
             row_seqs += [-1] * pad
             new_pages += [-1] * pad
-        meta = StepMeta(bts, lens, P, kv.num_pages, row_seqs, new_pages, cow=bool(copies) or changed)
+        meta = StepMeta(bts, lens, P, kv.num_pages, row_seqs, new_pages,
+                        cow=bool(copies) or changed)
         t1 = time.perf_counter()
         ok = self.backend.prepare(meta, key)
         t2 = time.perf_counter()

@@ -11,7 +11,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -31,10 +31,13 @@ class ModelConfig:
     qkv_bias: bool = False  # Qwen2: bias on q/k/v projections
     tie_embeddings: bool = False
     arch: str = "llama"
+    # Llama-3.1 "llama3" RoPE scaling: (factor, low_freq_factor, high_freq_factor,
+    # original_max_position_embeddings), or None
+    rope_scaling: Optional[Tuple[float, float, float, int]] = None
 
     @staticmethod
     def preset(name: str, **overrides) -> "ModelConfig":
-        """'llama3-8b', 'qwen2-7b', 'tiny' (CPU tests), 'tiny-qwen2'; overrides e.g. num_layers=4."""
+        """'llama3-8b', 'qwen2-7b', 'tiny' (CPU tests), 'tiny-qwen2'; overrides: num_layers=4..."""
         presets = {
             "llama3-8b": ModelConfig(),
             "qwen2-7b": ModelConfig(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
@@ -57,14 +60,23 @@ class ModelConfig:
         """From a Hugging Face config.json dict (LlamaForCausalLM / Qwen2ForCausalLM)."""
         arch = "qwen2" if d.get("model_type") == "qwen2" else "llama"
         heads = d["num_attention_heads"]
+        rs = d.get("rope_scaling") or None
+        if rs is not None:
+            kind = rs.get("rope_type", rs.get("type"))
+            if kind != "llama3":
+                raise ValueError(f"config: rope_scaling type {kind!r} is not supported (llama3 is)")
+            rs = (float(rs["factor"]), float(rs["low_freq_factor"]),
+                  float(rs["high_freq_factor"]), int(rs["original_max_position_embeddings"]))
         return ModelConfig(
             vocab_size=d["vocab_size"], hidden_size=d["hidden_size"],
             intermediate_size=d["intermediate_size"], num_layers=d["num_hidden_layers"],
             num_heads=heads, num_kv_heads=d.get("num_key_value_heads", heads),
             head_dim=d.get("head_dim") or d["hidden_size"] // heads,
-            rope_theta=float(d.get("rope_theta", 10000.0)), rms_eps=float(d.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(d.get("rope_theta", 10000.0)),
+            rms_eps=float(d.get("rms_norm_eps", 1e-6)),
             qkv_bias=bool(d.get("attention_bias", arch == "qwen2")),
-            tie_embeddings=bool(d.get("tie_word_embeddings", False)), arch=arch)
+            tie_embeddings=bool(d.get("tie_word_embeddings", False)), arch=arch,
+            rope_scaling=rs)
 
     def to_hf(self) -> dict:
         qwen = self.arch == "qwen2"
@@ -79,6 +91,10 @@ class ModelConfig:
         if not qwen:
             d["attention_bias"] = self.qkv_bias
             d["mlp_bias"] = False
+        if self.rope_scaling is not None:
+            f, lo, hi, orig = self.rope_scaling
+            d["rope_scaling"] = {"rope_type": "llama3", "factor": f, "low_freq_factor": lo,
+                                 "high_freq_factor": hi, "original_max_position_embeddings": orig}
         return d
 
 
@@ -92,6 +108,20 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return (x.float() * cos + rot.float() * sin).to(x.dtype)
+
+
+def rope_inv_freq(c: ModelConfig) -> torch.Tensor:
+    """[head_dim / 2] inverse frequencies, with Llama-3.1's "llama3" scaling when configured."""
+    inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32)
+                                  / c.head_dim))
+    if c.rope_scaling is None:
+        return inv
+    factor, lo, hi, orig = c.rope_scaling
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > orig / lo, inv / factor, inv)
+    smooth = (orig / wavelen - lo) / (hi - lo)
+    medium = (wavelen >= orig / hi) & (wavelen <= orig / lo)
+    return torch.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
 
 
 # attend(layer, q [T, H, D], k [T, Hkv, D], v [T, Hkv, D]) -> out [T, H, D]
@@ -134,8 +164,7 @@ class Model:
         self.embed = weights["model.embed_tokens.weight"]
         self.norm = weights["model.norm.weight"]
         self.lm_head = weights.get("lm_head.weight", self.embed)
-        self.inv_freq = 1.0 / (c.rope_theta ** (
-            torch.arange(0, c.head_dim, 2, device=self.device, dtype=torch.float32) / c.head_dim))
+        self.inv_freq = rope_inv_freq(c).to(self.device)
 
     # ---- construction
 
