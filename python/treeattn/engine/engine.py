@@ -275,15 +275,19 @@ class Engine:
 
     # ---- sampling and teacher forcing
 
-    def sample(self, logits: torch.Tensor, temperature: float = 0.0) -> List[int]:
-        """Greedy (temperature 0) or temperature sampling with the engine's seeded generator."""
+    def sample(self, logits: torch.Tensor, temperature=0.0) -> List[int]:
+        """Greedy (temperature 0) or temperature sampling with the engine's seeded generator;
+        temperature: one value or one per row."""
         if self.recorder is not None and self.recorder.replaying:
             return self.recorder.next()
-        if temperature <= 0:
+        if isinstance(temperature, (int, float)) and temperature <= 0:
             out = logits.argmax(-1).tolist()
         else:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            out = torch.multinomial(probs, 1, generator=self.gen)[:, 0].tolist()
+            t = torch.as_tensor(temperature, dtype=torch.float32, device=logits.device)
+            t = t.expand(logits.shape[0]) if t.dim() == 0 else t
+            probs = torch.softmax(logits / t.clamp_min(1e-6)[:, None], dim=-1)
+            drawn = torch.multinomial(probs, 1, generator=self.gen)[:, 0]
+            out = torch.where(t > 0, drawn, logits.argmax(-1)).tolist()
         if self.recorder is not None:
             self.recorder.add(out)
         return out
@@ -297,6 +301,83 @@ class Engine:
         if self.recorder is not None:
             self.recorder.add(out)
         return out
+
+
+@dataclass
+class Request:
+    prompt: List[int]
+    max_new: int
+    temperature: float = 0.0
+    arrival: int = 0  # decode step at which it may join
+    stop: Optional[int] = None  # stop token
+    output: List[int] = field(default_factory=list)
+    sid: int = -1
+    done: bool = False
+
+
+class Scheduler:
+    """Continuous batching over an Engine: a request joins the running batch (after its prefill,
+    which reuses cached prefix pages) once its arrival step has come, there is room in the batch
+    and the KV cache can hold it; it leaves after max_new tokens or its stop token, freeing its
+    pages. One decode step runs every running request."""
+
+    def __init__(self, eng: Engine, max_batch: int = 256):
+        self.eng, self.max_batch = eng, max_batch
+        self.waiting: List[Request] = []
+        self.running: List[Request] = []
+        self.finished: List[Request] = []
+        self.clock = 0  # decode steps so far (arrival times are in these units)
+
+    def submit(self, req: Request) -> Request:
+        self.waiting.append(req)
+        self.waiting.sort(key=lambda r: r.arrival)
+        return req
+
+    def _fits(self, req: Request) -> bool:
+        P = self.eng.page_size
+        need = -(-(len(req.prompt) + req.max_new) // P) + 1
+        return self.eng.cache.num_free() >= need + len(self.running)
+
+    def _finish(self, req: Request, token: int) -> None:
+        req.output.append(token)
+        if len(req.output) >= req.max_new or token == req.stop:
+            req.done = True
+            self.eng.free(req.sid)
+            self.running.remove(req)
+            self.finished.append(req)
+
+    def admit(self) -> int:
+        n = 0
+        if not self.running and self.waiting:
+            self.clock = max(self.clock, self.waiting[0].arrival)  # idle: jump to next arrival
+        while (self.waiting and self.waiting[0].arrival <= self.clock
+               and len(self.running) < self.max_batch and self._fits(self.waiting[0])):
+            req = self.waiting.pop(0)
+            req.sid, logits = self.eng.prefill(req.prompt)
+            self.running.append(req)
+            self._finish(req, self.eng.sample(logits[None], req.temperature)[0])
+            n += 1
+        return n
+
+    def step(self) -> int:
+        """Admits what has arrived, decodes one token for every running request; returns the
+        number of rows decoded (0 when nothing is left)."""
+        self.admit()
+        if not self.running:
+            return 0
+        batch = list(self.running)
+        logits = self.eng.decode([(r.sid, r.output[-1]) for r in batch])
+        temps = [r.temperature for r in batch]
+        toks = self.eng.sample(logits, temps if len(set(temps)) > 1 else temps[0])
+        for r, t in zip(batch, toks):
+            self._finish(r, t)
+        self.clock += 1
+        return len(batch)
+
+    def run(self) -> List[Request]:
+        while self.waiting or self.running:
+            self.step()
+        return self.finished
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import torch
 
-from .engine import Engine
+from .engine import Engine, Request, Scheduler
 
 # Sizes per scale: 'gpu' follows the issue (W1: n=64, 4k prompt, 256 new tokens); 'cpu' is
 # for the tiny model in tests.
@@ -112,6 +112,10 @@ class Controller:
     def step(self, rows, streams: int, tokens: int):
         """Decodes rows; streams = requests that advance, tokens = tokens they emit."""
         logits = self.eng.decode(rows)
+        self._account(streams, tokens)
+        return logits
+
+    def _account(self, streams: int, tokens: int):
         ms = self.eng.steps[-1].step_ms
         self.res.step_ms.append(ms)
         self.res.tpot_ms.append(ms * streams / max(tokens, 1))
@@ -120,7 +124,6 @@ class Controller:
         self.res.stream_steps += streams
         if self.progress:
             self.progress(len(self.res.step_ms), self.total_steps())
-        return logits
 
     def total_steps(self) -> int:
         return self.p.get("new", 0)
@@ -256,9 +259,9 @@ class BeamSearch(Controller):  # W4
 
 
 class OnlineArrivals(Controller):  # W5
-    """Continuous batching: Poisson arrivals (rate per decode step), each request = one of a few
-    system prompts + its own suffix; joins the running batch after its prefill, leaves after
-    `new` tokens."""
+    """Continuous batching (engine.Scheduler): Poisson arrivals (rate per decode step), each
+    request = one of a few system prompts + its own suffix; it joins the running batch after its
+    prefill and leaves after `new` tokens."""
 
     def run(self) -> Result:
         p, eng = self.p, self.eng
@@ -266,26 +269,21 @@ class OnlineArrivals(Controller):  # W5
         gaps = self.rng.exponential(1.0 / p["rate"], p["requests"])
         arrive = np.floor(np.cumsum(gaps)).astype(int).tolist()
         which = self.rng.integers(0, p["systems"], p["requests"]).tolist()
-        running = []  # [sid, token, emitted]
-        nxt, step = 0, 0
+        sched = Scheduler(eng)
+        for t, w in zip(arrive, which):
+            sched.submit(Request(systems[w] + self.prompt(p["suffix"]), p["new"] + 1,
+                                 self.temperature, arrival=t))
         limit = self.max_steps or 1 << 30
-        while (nxt < len(arrive) or running) and len(self.res.step_ms) < limit:
-            if not running and nxt < len(arrive):
-                step = max(step, arrive[nxt])
-            while nxt < len(arrive) and arrive[nxt] <= step:
-                sid, lg = self.prefill(systems[which[nxt]] + self.prompt(p["suffix"]))
-                running.append([sid, eng.sample(lg[None], self.temperature)[0], 0])
-                nxt += 1
-            lg = self.step([(r[0], r[1]) for r in running], len(running), len(running))
-            toks = eng.sample(lg, self.temperature)
-            for r, t in zip(running, toks):
-                r[1], r[2] = t, r[2] + 1
-            for r in [r for r in running if r[2] >= p["new"]]:
-                eng.free(r[0])
-                running.remove(r)
-            step += 1
-        for r in running:
-            eng.free(r[0])
+        while (sched.waiting or sched.running) and len(self.res.step_ms) < limit:
+            t = time.perf_counter()
+            n_pre = len(eng.steps)
+            sched.admit()
+            self.res.prefill_ms += (time.perf_counter() - t) * 1e3
+            rows = sched.step()
+            if rows and len(eng.steps) > n_pre:
+                self._account(rows, rows)
+        for r in sched.running:
+            eng.free(r.sid)
         self.res.info["prefix_hit_tokens"] = eng.cache.stats["hit_tokens"]
         return self.res
 
