@@ -323,3 +323,16 @@ def test_scheduler_continuous_batching_matches_requests_alone(tiny):
         s.submit(Request(r.prompt, r.max_new))
         (got,) = s.run()
         assert got.output == r.output
+
+
+def test_bench_dry_run_full_size_host_side(tmp_path):
+    """--dry-run: the Llama-3-8B config without weights, host side only (trees, plans)."""
+    from treeattn.engine.cli import main
+
+    js = tmp_path / "d.json"
+    rc = main(["bench", "--dry-run", "--workloads", "W1", "--backends", "treeattn",
+               "--set", "W1.n=16", "--set", "W1.prompt=1024", "--set", "W1.new=12",
+               "--json", str(js), "--no-progress"])
+    assert rc == 0
+    (rec,) = json.load(open(js))["records"]
+    assert rec["rows_mean"] == 16 and rec["plan_ms_per_step"] > 0

@@ -63,12 +63,14 @@ def bench_one(model, workload: str, params: dict, backend: str, args) -> dict:
 
     from . import workloads
     from .engine import Engine
+    from .model import ModelConfig
 
     mt = workloads.max_tokens(workload, params)
+    dry = isinstance(model, ModelConfig)
     eng = Engine(model, backend, page_size=args.page_size, max_tokens=mt,
                  max_seqs=workloads.max_seqs(workload, params),
-                 cuda_graphs=not args.no_graphs and model.device.type == "cuda",
-                 seed=args.seed, time_attention_every=args.attn_every)
+                 cuda_graphs=(not args.no_graphs and not dry and model.device.type == "cuda"),
+                 seed=args.seed, time_attention_every=args.attn_every, dry_run=dry)
     max_steps = args.sdpa_steps if backend == "sdpa" and args.sdpa_steps else 0
     prog = Progress(f"{workload} {backend}", not args.no_progress)
     t0 = time.perf_counter()
@@ -205,7 +207,12 @@ def cmd_bench(args) -> int:
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
         args.dtype or ("bf16" if dev.type == "cuda" else "fp32")]
-    if args.model_path:
+    if args.dry_run:  # host side only: a config, no weights; small vocab (logits are random)
+        dev, dtype = torch.device("cpu"), torch.bfloat16
+        over = {"num_layers": args.layers} if args.layers else {}
+        model = ModelConfig.preset(args.model or "llama3-8b", vocab_size=1024, **over)
+        args.scale = args.scale or "gpu"
+    elif args.model_path:
         model = Model.load(args.model_path, dtype=dtype, device=dev)
     else:
         over = {"num_layers": args.layers} if args.layers else {}
@@ -217,8 +224,10 @@ def cmd_bench(args) -> int:
     backends = args.backends.split(",")
     recs = []
     t_start = time.time()
-    print(f"treeattn-engine bench: model {model.config.arch} layers={model.config.num_layers} "
-          f"hidden={model.config.hidden_size} {str(dtype)[6:]} on {dev}"
+    cfg = model if isinstance(model, ModelConfig) else model.config
+    print(f"treeattn-engine bench: model {cfg.arch} layers={cfg.num_layers} "
+          f"hidden={cfg.hidden_size} {str(dtype)[6:]} on {dev}"
+          f"{' DRY RUN (host side only)' if args.dry_run else ''}"
           f"{' (' + torch.cuda.get_device_name(dev) + ')' if dev.type == 'cuda' else ''}, "
           f"scale {scale}, page {args.page_size}", file=sys.stderr)
     for wl in wls:
@@ -247,7 +256,8 @@ def cmd_bench(args) -> int:
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor()
            or "cpu", "torch": torch.__version__, "treeattn_cuda": treeattn.built_with_cuda,
-           "model": model.describe(), "scale": scale, "page_size": args.page_size,
+           "model": (dict(vars(model), dry_run=True) if args.dry_run else model.describe()),
+           "scale": scale, "page_size": args.page_size,
            "cuda_graphs": not args.no_graphs and dev.type == "cuda", "records": recs,
            "tree_update_probe": probe}
     if args.json:
@@ -294,6 +304,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="cap the sdpa backend's decode steps (it is slow; 0 = no cap)")
     b.add_argument("--time-budget", type=float, default=0,
                    help="seconds; later runs are skipped once spent (0 = none)")
+    b.add_argument("--dry-run", action="store_true",
+                   help="host side only (KV manager, trees, plans; no model, random logits): "
+                        "per-step host cost at full size, on any machine")
     b.add_argument("--json")
     b.add_argument("--png")
     b.add_argument("--no-progress", action="store_true")

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from .backends import StepMeta, make_backend
 from .kv import KVCache
-from .model import Model
+from .model import Model, ModelConfig
 
 
 def _bucket(n: int) -> int:
@@ -52,16 +52,24 @@ class Engine:
                  num_pages: Optional[int] = None, max_tokens: int = 1 << 16,
                  max_seqs: int = 64,
                  cuda_graphs: Optional[bool] = None, seed: int = 0,
-                 time_attention_every: int = 0):
+                 time_attention_every: int = 0, dry_run: bool = False):
+        """dry_run: host side only (KV manager, trees, plans; no K/V storage, no model, random
+        logits): measures the host cost of any workload at full size on a CPU. `model` may then
+        be a ModelConfig."""
+        if isinstance(model, ModelConfig):
+            if not dry_run:
+                raise ValueError("model: a ModelConfig needs dry_run=True")
+            model = _ConfigOnly(model)
         c = model.config
         self.model, self.config = model, c
         self.device = model.device
         self.dtype = model.dtype
         self.page_size = page_size
+        self.dry_run = dry_run
         if num_pages is None:
             num_pages = -(-max_tokens // page_size) + max_seqs + 2  # + a partial page each
         self.cache = KVCache(c.num_layers, num_pages, page_size, c.num_kv_heads, c.head_dim,
-                             dtype=self.dtype, device=self.device)
+                             dtype=self.dtype, device=self.device, allocate=not dry_run)
         self.backend_name = backend
         self.backend = make_backend(backend, c.num_heads, c.num_kv_heads, c.head_dim,
                                     self.dtype, self.device)
@@ -85,6 +93,8 @@ class Engine:
         sid, cached = kv.new_seq(prompt)
         slots = [kv.append(sid, t) for t in prompt[cached:]]
         kv.apply_copies(kv.take_copies())
+        if self.dry_run:
+            return sid, torch.randn(c.vocab_size, generator=self.gen)
         L, n = len(prompt), len(prompt) - cached
         dev, P = self.device, self.page_size
         slots_t = torch.tensor(slots, device=dev)
@@ -163,7 +173,9 @@ class Engine:
         t2 = time.perf_counter()
         st = StepTimes(host_meta_ms=(t1 - t0) * 1e3, plan_ms=(t2 - t1) * 1e3, rows=T)
         with torch.inference_mode():
-            if key is None:
+            if self.dry_run:
+                logits = torch.randn(T, self.config.vocab_size, generator=self.gen)
+            elif key is None:
                 logits = self._forward(torch.tensor(tokens, device=dev),
                                        torch.tensor(positions, device=dev),
                                        torch.tensor(slots, device=dev), copies)
@@ -301,6 +313,15 @@ class Engine:
         if self.recorder is not None:
             self.recorder.add(out)
         return out
+
+
+class _ConfigOnly:
+    """Stands in for a Model in dry runs (host-side measurements)."""
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+        self.device = torch.device("cpu")
+        self.dtype = torch.bfloat16
 
 
 @dataclass
