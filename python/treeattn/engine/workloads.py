@@ -299,14 +299,22 @@ class Speculative(Controller):  # W6
     internal nodes of the tree. Greedy verification keeps the longest accepted chain prefix plus
     the target's next token; the other chains are freed, the kept one truncated."""
 
-    def draft(self, hist: List[int], b: int, d: int) -> List[int]:
-        last = hist[-1]
-        occ = [i for i in range(len(hist) - 2, -1, -1) if hist[i] == last]
-        if b < len(occ):
-            out = hist[occ[b] + 1:occ[b] + 1 + d]
-        else:
-            out = []
-        return out + self.rng.integers(1, self.eng.config.vocab_size, d - len(out)).tolist()
+    def drafts(self, hist: List[int], B: int, d: int) -> List[List[int]]:
+        """Chain b continues the b-th latest earlier occurrence of the last token (searched in
+        the last 1024 tokens), padded with random tokens."""
+        last, lo = hist[-1], max(0, len(hist) - 1025)
+        occ = []
+        for i in range(len(hist) - 2, lo - 1, -1):
+            if hist[i] == last:
+                occ.append(i)
+                if len(occ) == B:
+                    break
+        out = []
+        for b in range(B):
+            ch = hist[occ[b] + 1:occ[b] + 1 + d] if b < len(occ) else []
+            out.append(ch + self.rng.integers(1, self.eng.config.vocab_size,
+                                              d - len(ch)).tolist())
+        return out
 
     def run(self) -> Result:
         p, eng = self.p, self.eng
@@ -325,7 +333,7 @@ class Speculative(Controller):  # W6
             rows, chains = [], []
             for r in live:
                 kids = eng.fork(r[0], B)
-                drafts = [self.draft(r[3], b, d) for b in range(B)]
+                drafts = self.drafts(r[3], B, d)
                 for sid, dr in zip(kids, drafts):
                     rows += [(sid, r[1])] + [(sid, x) for x in dr]
                 chains.append((kids, drafts))
