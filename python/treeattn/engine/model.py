@@ -187,7 +187,7 @@ class Model:
                                                       dtype=dtype).normal_(0, 1, generator=g),
              "model.norm.weight": norm(H)}
         if not c.tie_embeddings:
-            w["lm_head.weight"] = lin(c.vocab_size, H) * 2.0
+            w["lm_head.weight"] = lin(c.vocab_size, H)
         for i in range(c.num_layers):
             p = f"model.layers.{i}."
             w[p + "input_layernorm.weight"] = norm(H)
