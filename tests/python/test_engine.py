@@ -276,7 +276,8 @@ def test_bench_cli_cpu(tmp_path):
     from treeattn.engine.cli import main
 
     js, png = tmp_path / "b.json", tmp_path / "b.png"
-    rc = main(["bench", "--workloads", "W6", "--backends", "treeattn,sdpa,none,flashinfer",
+    rc = main(["bench", "--device", "cpu", "--workloads", "W6",
+               "--backends", "treeattn,sdpa,none,flashinfer",
                "--json", str(js), "--png", str(png), "--no-progress"])
     assert rc == 0
     d = json.load(open(js))

@@ -80,11 +80,14 @@ def bench_one(model, workload: str, params: dict, backend: str, args) -> dict:
     prog.close()
     eng.cache.check()
     steps = eng.steps
-    skip = min(args.warmup_steps, max(0, len(steps) - 1))  # first steps: graph capture
-    st = steps[skip:]
+    # timed: after the first warm-up steps, without the steps that captured a CUDA graph
+    # (backends re-capture at different times; captures are counted separately)
+    keep = [i for i, s in enumerate(steps) if i >= args.warmup_steps and not s.captured]
+    keep = keep or list(range(len(steps)))
+    st = [steps[i] for i in keep]
     step_ms = [s.step_ms for s in st]
-    tpot = res.tpot_ms[skip:]
-    toks = sum(res.step_tokens[skip:])
+    tpot = [res.tpot_ms[i] for i in keep]
+    toks = sum(res.step_tokens[i] for i in keep)
     dec_s = sum(step_ms) / 1e3
     rec = {
         "workload": workload, "backend": backend, "params": params,
