@@ -140,7 +140,9 @@ class Engine:
     # ---- decode
 
     def decode(self, rows: Sequence[Tuple[int, int]]) -> torch.Tensor:
-        """One decode step: rows (seq id, token) -> float32 logits [len(rows), vocab]."""
+        """One decode step: rows (seq id, token) -> float32 logits [len(rows), vocab]. Under
+        CUDA graphs the logits live in the graph's output buffer: use them before the next
+        step."""
         t0 = time.perf_counter()
         kv, dev, P = self.cache, self.device, self.page_size
         positions, slots, new_pages = [], [], []
