@@ -91,6 +91,7 @@ def bench_one(model, workload: str, params: dict, backend: str, args) -> dict:
     dec_s = sum(step_ms) / 1e3
     rec = {
         "workload": workload, "backend": backend, "params": params,
+        "cuda_graphs": eng.cuda_graphs and not dry,
         "steps": len(steps), "timed_steps": len(st), "tokens": res.tokens,
         "decode_tok_s": toks / dec_s if dec_s > 0 else float("nan"),
         "tpot_p50_ms": _pct(tpot, 50), "tpot_p99_ms": _pct(tpot, 99),
@@ -148,7 +149,7 @@ def plan_cost_probe(args) -> dict:
 
 def table(recs: List[dict]) -> str:
     hdr = ("workload", "backend", "tok/s", "TPOT p50", "TPOT p99", "attn ms", "plan ms",
-           "plan %", "rows", "vs best")
+           "plan %", "rows", "vs best", "graphs")
     best = {}
     for r in recs:
         if r["backend"] != "none" and not r.get("error"):
@@ -163,7 +164,8 @@ def table(recs: List[dict]) -> str:
             r["workload"], r["backend"], f"{r['decode_tok_s']:.0f}",
             f"{r['tpot_p50_ms']:.2f}", f"{r['tpot_p99_ms']:.2f}", f"{r['attn_ms_per_step']:.2f}",
             f"{r['plan_ms_per_step']:.2f}", f"{100 * r['plan_share']:.1f}",
-            f"{r['rows_mean']:.0f}", f"{r['decode_tok_s'] / b:.2f}" if b else "-"]) + " |")
+            f"{r['rows_mean']:.0f}", f"{r['decode_tok_s'] / b:.2f}" if b else "-",
+            "yes" if r.get("cuda_graphs") else "no"]) + " |")
     return "\n".join(lines)
 
 
@@ -253,8 +255,19 @@ def cmd_bench(args) -> int:
                 import traceback
 
                 traceback.print_exc()
-                recs.append({"workload": wl, "backend": b,
-                             "error": f"{type(e).__name__}: {e}"})
+                err = f"{type(e).__name__}: {e}"
+                rec = {"workload": wl, "backend": b, "error": err}
+                if dev.type == "cuda" and not args.no_graphs:  # once more, eagerly
+                    try:
+                        args.no_graphs = True
+                        rec = bench_one(model, wl, params, b, args)
+                        rec["note"] = f"CUDA-graph run failed ({err[:200]}); eager decode"
+                    except Exception as e2:  # noqa: BLE001
+                        traceback.print_exc()
+                        rec["error"] += f"; eager: {type(e2).__name__}: {e2}"
+                    finally:
+                        args.no_graphs = False
+                recs.append(rec)
     probe = plan_cost_probe(args)
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor()
