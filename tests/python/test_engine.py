@@ -337,3 +337,50 @@ def test_bench_dry_run_full_size_host_side(tmp_path):
     assert rc == 0
     (rec,) = json.load(open(js))["records"]
     assert rec["rows_mean"] == 16 and rec["plan_ms_per_step"] > 0
+
+
+class _FakeFlashInferDecode:
+    """BatchDecodeWithPagedKVCacheWrapper's contract (NHD, CSR page table, last_page_len) in
+    torch, to check the engine's index building on the CPU (the real one runs on the GPU)."""
+
+    def __init__(self, ws, layout, use_cuda_graph=False, use_tensor_cores=False,
+                 paged_kv_indptr_buffer=None, paged_kv_indices_buffer=None,
+                 paged_kv_last_page_len_buffer=None):
+        assert layout == "NHD"
+        self.graph = use_cuda_graph
+        self.bufs = (paged_kv_indptr_buffer, paged_kv_indices_buffer,
+                     paged_kv_last_page_len_buffer)
+
+    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+             page_size, pos_encoding_mode="NONE", q_data_type=None, kv_data_type=None):
+        assert pos_encoding_mode == "NONE" and indptr.dtype == torch.int32
+        if self.graph:  # fixed buffers: same batch size, indices within capacity
+            assert indptr.shape == self.bufs[0].shape and indices.numel() <= self.bufs[1].numel()
+        self.meta = (indptr.tolist(), indices.tolist(), last_page_len.tolist(), page_size)
+
+    def run(self, q, kv):
+        kc, vc = kv
+        indptr, indices, last, P = self.meta
+        out = torch.empty_like(q)
+        g = q.shape[1] // kc.shape[2]
+        for r in range(q.shape[0]):
+            pages = indices[indptr[r]:indptr[r + 1]]
+            n = (len(pages) - 1) * P + last[r]
+            k = kc[pages].reshape(-1, kc.shape[2], kc.shape[3])[:n].repeat_interleave(g, 1)
+            v = vc[pages].reshape(-1, vc.shape[2], vc.shape[3])[:n].repeat_interleave(g, 1)
+            s = torch.einsum("hd,nhd->hn", q[r].float(), k.float()) / q.shape[-1] ** 0.5
+            out[r] = torch.einsum("hn,nhd->hd", s.softmax(-1), v.float()).to(q.dtype)
+        return out
+
+
+@pytest.mark.parametrize("wl,graphs", [("W1", False), ("W4", True), ("W6", True)])
+def test_flashinfer_backend_page_tables(tiny, monkeypatch, wl, graphs):
+    import sys
+    import types
+
+    fake = types.ModuleType("flashinfer")
+    fake.BatchDecodeWithPagedKVCacheWrapper = _FakeFlashInferDecode
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
+    kls = teacher_forced_kl(tiny, wl, workloads.PRESETS["cpu"][wl], "flashinfer", page_size=4,
+                            cuda_graphs=graphs)
+    assert max(kls) < KL_MAX, kls
