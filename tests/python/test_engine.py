@@ -296,7 +296,8 @@ def test_incremental_tree_updates_used_and_exact(tiny):
     workloads.run(eng, "W1", dict(n=4, prompt=37, new=12))
     workloads.run(eng, "W5", workloads.PRESETS["cpu"]["W5"])
     up = eng.backend.tree_updates
-    assert up["incremental"] > up["rebuild"] > 0, up
+    assert up["incremental"] > 0 and up["planned_ahead"] > 0, up
+    assert up["incremental"] + up["planned_ahead"] > up["rebuild"] > 0, up
     eng.cache.check()
 
 

@@ -55,6 +55,9 @@ class Backend:
     def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
         raise NotImplementedError
 
+    def prefetch(self, meta: StepMeta) -> None:
+        """Host work for the next step while the GPU runs this one (optional)."""
+
     def attend(self, layer: int, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor):
         raise NotImplementedError
 
@@ -77,7 +80,9 @@ class TreeAttnBackend(Backend):
     """The tree comes from PrefixTree.from_block_tables, or, in steady state (the same rows as
     the previous step, one token each, no copy-on-write), from append_tokens on the previous
     tree with the page the KV manager allocated: measured ~100x cheaper on the host for a
-    64-row, 4k-token batch (see cli.plan_cost_probe)."""
+    64-row, 4k-token batch (see cli.plan_cost_probe). When the next step is predictable (same
+    rows, no row opening a page) its tree and plan are made by prefetch() while the GPU runs
+    this step, off the critical path."""
 
     headroom = 2.0
     incremental = True
@@ -87,7 +92,8 @@ class TreeAttnBackend(Backend):
         self.planner = planner
         self.tree = None
         self.last_rows: Optional[List[int]] = None
-        self.tree_updates = {"rebuild": 0, "incremental": 0}
+        self.ahead = None  # (rows, lens, tree, plan) of the predicted next step
+        self.tree_updates = {"rebuild": 0, "incremental": 0, "planned_ahead": 0}
         self.name = "treeattn" if planner == "auto" else f"treeattn-{planner}"
         self.preset = _cuda_preset(self.device)
         self.kv_dtype = "float16" if self.dtype == torch.float32 else str(self.dtype)
@@ -98,6 +104,49 @@ class TreeAttnBackend(Backend):
         return treeattn.plan(tree, self.H, self.Hk, self.D, planner=self.planner,
                              device=self.preset, dtype=self.kv_dtype, headroom=headroom)
 
+    def prefetch(self, meta: StepMeta) -> None:
+        """Called while the GPU runs the step just prepared: plans the next step now when it is
+        predictable (the same rows, one token each, no row opening a page), so that its
+        prepare() only checks the prediction and uploads."""
+        self.ahead = None
+        rows = meta.row_seqs
+        if not self.incremental or self.tree is None or rows is None:
+            return
+        P = meta.page_size
+        if any(s >= 0 and n % P == 0 for n, s in zip(meta.seq_lens, rows)):
+            return  # some row opens a page next step: its id is the KV manager's choice
+        tree = self.tree.copy()
+        try:
+            for q, sid in enumerate(rows):
+                if sid >= 0:
+                    tree.append_tokens(q, 1, [])
+        except ValueError:  # would need a page (a query not alone on its leaf)
+            return
+        lens = [n + 1 if sid >= 0 else n for n, sid in zip(meta.seq_lens, rows)]
+        self.ahead = (list(rows), lens, tree, self._plan(tree))
+
+    def _tree_and_plan(self, meta: StepMeta):
+        ahead, self.ahead = self.ahead, None
+        if (ahead is not None and not meta.cow and meta.row_seqs == ahead[0]
+                and list(meta.seq_lens) == ahead[1] and all(p < 0 for p in meta.new_pages)):
+            self.tree = ahead[2]
+            self.tree_updates["planned_ahead"] += 1
+            self._verify(meta)
+            return self.tree, ahead[3]
+        tree = self._tree(meta)
+        return tree, self._plan(tree)
+
+    def _verify(self, meta: StepMeta) -> None:
+        if not VERIFY_TREE:
+            return
+        bt, lens = self.tree.to_block_tables()
+        assert list(lens) == list(meta.seq_lens), "incremental tree: lengths differ"
+        P = meta.page_size
+        for r, n in enumerate(meta.seq_lens):
+            m = (n + P - 1) // P
+            assert list(bt[r][:m]) == list(meta.block_tables[r][:m]), \
+                f"incremental tree: row {r} pages differ"
+
     def _tree(self, meta: StepMeta):
         rows = meta.row_seqs
         if (self.incremental and self.tree is not None and rows is not None and not meta.cow
@@ -106,14 +155,7 @@ class TreeAttnBackend(Backend):
                 if sid >= 0:
                     self.tree.append_tokens(q, 1, [page] if page >= 0 else [])
             self.tree_updates["incremental"] += 1
-            if VERIFY_TREE:
-                bt, lens = self.tree.to_block_tables()
-                assert list(lens) == list(meta.seq_lens), "incremental tree: lengths differ"
-                P = meta.page_size
-                for r, n in enumerate(meta.seq_lens):
-                    m = (n + P - 1) // P
-                    assert list(bt[r][:m]) == list(meta.block_tables[r][:m]), \
-                        f"incremental tree: row {r} pages differ"
+            self._verify(meta)
         else:
             self.tree = treeattn.PrefixTree.from_block_tables(
                 meta.block_tables, meta.seq_lens, page_size=meta.page_size,
@@ -124,12 +166,12 @@ class TreeAttnBackend(Backend):
         return self.tree
 
     def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
-        tree = self._tree(meta)
+        tree, new = self._tree_and_plan(meta)
+        self.last_rows = list(meta.row_seqs) if meta.row_seqs is not None else None
         if key is None:
-            self.cur = self._plan(tree)
+            self.cur = new
             return True
         old = self.plans.get(key)
-        new = self._plan(tree)
         if old is not None and old.fits(new):
             old.update(new)
             self.cur = old

@@ -98,6 +98,8 @@ def bench_one(model, workload: str, params: dict, backend: str, args) -> dict:
         "step_p50_ms": _pct(step_ms, 50),
         "attn_ms_per_step": _mean([s.attn_ms for s in st]),
         "plan_ms_per_step": _mean([s.plan_ms for s in st]),
+        "prefetch_ms_per_step": _mean([s.prefetch_ms for s in st]),
+        "tree_updates": dict(getattr(eng.backend, "tree_updates", {})),
         "host_meta_ms_per_step": _mean([s.host_meta_ms for s in st]),
         "plan_share": _mean([s.plan_ms / s.step_ms for s in st if s.step_ms > 0]),
         "rows_mean": _mean([s.rows for s in st]),

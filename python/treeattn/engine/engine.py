@@ -35,6 +35,7 @@ def _bucket(n: int) -> int:
 class StepTimes:
     host_meta_ms: float = 0.0  # slots, block tables
     plan_ms: float = 0.0  # backend.prepare (tree + plan + upload for treeattn)
+    prefetch_ms: float = 0.0  # backend.prefetch: next step's plan, while the GPU runs
     step_ms: float = 0.0  # whole decode step, synchronised
     attn_ms: float = float("nan")  # all layers' attention (CUDA events), when sampled
     rows: int = 0
@@ -183,6 +184,9 @@ class Engine:
                                        torch.tensor(slots, device=dev), copies)
             else:
                 logits = self._graph_step(key, ok, tokens, positions, slots, copies, st)[:T]
+            t3 = time.perf_counter()
+            self.backend.prefetch(meta)  # overlaps the GPU's work on this step
+            st.prefetch_ms = (time.perf_counter() - t3) * 1e3
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             st.step_ms = (time.perf_counter() - t0) * 1e3
