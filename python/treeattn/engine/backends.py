@@ -93,6 +93,7 @@ class TreeAttnBackend(Backend):
         self.tree = None
         self.last_rows: Optional[List[int]] = None
         self.ahead = None  # (rows, lens, tree, plan) of the predicted next step
+        self.changes, self._prev_rows = 0, None  # consecutive steps that reshaped the batch
         self.tree_updates = {"rebuild": 0, "incremental": 0, "planned_ahead": 0}
         self.name = "treeattn" if planner == "auto" else f"treeattn-{planner}"
         self.preset = _cuda_preset(self.device)
@@ -110,8 +111,10 @@ class TreeAttnBackend(Backend):
         prepare() only checks the prediction and uploads."""
         self.ahead = None
         rows = meta.row_seqs
-        if not self.incremental or self.tree is None or rows is None:
-            return
+        self.changes = (self.changes + 1) if meta.cow or rows != self._prev_rows else 0
+        self._prev_rows = rows
+        if not self.incremental or self.tree is None or rows is None or self.changes >= 2:
+            return  # (every step reshapes the batch, e.g. beams or drafts: no use trying)
         P = meta.page_size
         if any(s >= 0 and n % P == 0 for n, s in zip(meta.seq_lens, rows)):
             return  # some row opens a page next step: its id is the KV manager's choice
