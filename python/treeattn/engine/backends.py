@@ -171,9 +171,10 @@ class TreeAttnBackend(Backend):
     def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
         tree, new = self._tree_and_plan(meta)
         self.last_rows = list(meta.row_seqs) if meta.row_seqs is not None else None
-        if key is None:
+        if key is None and self.device.type != "cuda":
             self.cur = new
             return True
+        # GPU: one device workspace per graph key (None: eager), refreshed in place
         old = self.plans.get(key)
         if old is not None and old.fits(new):
             old.update(new)
@@ -183,7 +184,7 @@ class TreeAttnBackend(Backend):
         if self.device.type == "cuda":
             p.to_device(self.device)
         self.plans[key] = self.cur = p
-        return False
+        return key is None
 
     def attend(self, layer, q, kc, vc):
         return treeattn.decode(q, kc, vc, self.cur)
