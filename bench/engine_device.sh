@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The engine's GPU run (repository root, on the H100 device): pip-installs treeattn with the CUDA
-# kernels (sm_90a), runs the engine tests (CPU + GPU), then `treeattn-engine bench` for W0-W6 with
-# every backend, and writes into $OUT:
+# kernels (sm_90a), runs the GPU engine tests (and the HF transformers logits check), then
+# `treeattn-engine bench` for W0-W6 with every backend, and writes into $OUT:
 #   build.log, pytest_engine.log, bench.log, engine_bench.json, engine_bench.png, summary.txt
 # The bench table prints last. Budget: about 6 minutes in all (the bench gets what the build and
 # the tests leave, and skips the runs that no longer fit; its JSON says which).
@@ -21,7 +21,8 @@
 # same; absolute tokens/s double and host planning's share is overstated).
 # Env knobs [defaults]: LAYERS [32: the full Llama-3-8B], DTYPE [bf16], WORKLOADS [W1,W0,...,W6],
 #   BACKENDS [treeattn,treeattn-query,flashinfer,none,sdpa], SDPA_STEPS [16],
-#   TOTAL_BUDGET_S [340], SKIP_TESTS [0], PIP_EXTRA [].
+#   TOTAL_BUDGET_S [340], SKIP_TESTS [0], PIP_EXTRA [],
+#   W1_SWEEP [0; 1 appends the issue's other W1 sizes: n=16/32, prompt 1k/8k, run if time is left].
 set -uo pipefail
 OUT=${OUT:-/tmp/engine_out}
 mkdir -p "$OUT"
@@ -31,6 +32,9 @@ DTYPE=${DTYPE:-bf16}
 WORKLOADS=${WORKLOADS:-W1,W0,W2,W3,W4,W5,W6}
 BACKENDS=${BACKENDS:-treeattn,treeattn-query,flashinfer,none,sdpa}
 SDPA_STEPS=${SDPA_STEPS:-16}
+if [ "${W1_SWEEP:-0}" = 1 ]; then
+  WORKLOADS="$(echo "$WORKLOADS" | tr ',' ';');W1@n=16;W1@n=32;W1@prompt=1024;W1@prompt=8192"
+fi
 TOTAL_BUDGET_S=${TOTAL_BUDGET_S:-340}
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-16}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1

@@ -193,7 +193,7 @@ def plot(recs: List[dict], path: str) -> None:
                 ys.append(m[0] if m else 0.0)
             ax.bar(np.arange(len(wls)) + j * w, ys, w, label=b)
         ax.set_xticks(np.arange(len(wls)) + w * (len(bks) - 1) / 2)
-        ax.set_xticklabels(wls)
+        ax.set_xticklabels(wls, rotation=20 if max(map(len, wls)) > 4 else 0, fontsize=8)
         ax.set_title(title)
         ax.set_yscale("log")
     axes[0].legend(fontsize=8)
@@ -227,7 +227,8 @@ def cmd_bench(args) -> int:
                                  **over)
         model = Model.random(cfg, dtype=dtype, device=dev, seed=args.seed)
     scale = args.scale or ("gpu" if dev.type == "cuda" else "cpu")
-    wls = args.workloads.split(",")
+    wls = (args.workloads.split(";") if ";" in args.workloads or "@" in args.workloads
+           else args.workloads.split(","))
     backends = args.backends.split(",")
     recs = []
     t_start = time.time()
@@ -237,9 +238,11 @@ def cmd_bench(args) -> int:
           f"{' DRY RUN (host side only)' if args.dry_run else ''}"
           f"{' (' + torch.cuda.get_device_name(dev) + ')' if dev.type == 'cuda' else ''}, "
           f"scale {scale}, page {args.page_size}", file=sys.stderr)
-    for wl in wls:
+    for spec in wls:  # "W1" or a variant "W1@n=16,prompt=1024"
+        wl, _, variant = spec.partition("@")
         params = dict(workloads.PRESETS[scale][wl])
-        for kv in args.set or []:
+        sets = [f"{wl}.{x}" for x in variant.split(",") if x] + list(args.set or [])
+        for kv in sets:
             k, v = kv.split("=", 1)
             if k.startswith(wl + "."):
                 params[k[len(wl) + 1:]] = type(params.get(k[len(wl) + 1:], 0.0))(float(v))
@@ -248,21 +251,21 @@ def cmd_bench(args) -> int:
             if why is None and args.time_budget and time.time() - t_start > args.time_budget:
                 why = f"skipped: time budget {args.time_budget}s spent"
             if why:
-                recs.append({"workload": wl, "backend": b, "error": why, "unavailable": True})
-                print(f"  {wl} {b}: {why}", file=sys.stderr)
+                recs.append({"workload": spec, "backend": b, "error": why, "unavailable": True})
+                print(f"  {spec} {b}: {why}", file=sys.stderr)
                 continue
             try:
-                recs.append(bench_one(model, wl, params, b, args))
+                recs.append(dict(bench_one(model, wl, params, b, args), workload=spec))
             except Exception as e:  # noqa: BLE001 - one failing backend must not stop the run
                 import traceback
 
                 traceback.print_exc()
                 err = f"{type(e).__name__}: {e}"
-                rec = {"workload": wl, "backend": b, "error": err}
+                rec = {"workload": spec, "backend": b, "error": err}
                 if dev.type == "cuda" and not args.no_graphs:  # once more, eagerly
                     try:
                         args.no_graphs = True
-                        rec = bench_one(model, wl, params, b, args)
+                        rec = dict(bench_one(model, wl, params, b, args), workload=spec)
                         rec["note"] = f"CUDA-graph run failed ({err[:200]}); eager decode"
                     except Exception as e2:  # noqa: BLE001
                         traceback.print_exc()
@@ -302,7 +305,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                                  description="treeattn decode engine (see treeattn.engine)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("bench", help="workloads x backends: table, JSON, PNG")
-    b.add_argument("--workloads", default=",".join(WORKLOADS))
+    b.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help="W0..W6, comma separated; sizes of one run: W1@n=16,prompt=1024 "
+                        "(then separate workloads with ';')")
     b.add_argument("--backends", default=",".join(BACKENDS))
     b.add_argument("--model", help="preset: llama3-8b (GPU default), qwen2-7b, tiny (CPU)")
     b.add_argument("--model-path", help="local HF directory (config.json + safetensors)")
