@@ -385,3 +385,13 @@ def test_flashinfer_backend_page_tables(tiny, monkeypatch, wl, graphs):
     kls = teacher_forced_kl(tiny, wl, workloads.PRESETS["cpu"][wl], "flashinfer", page_size=4,
                             cuda_graphs=graphs)
     assert max(kls) < KL_MAX, kls
+
+
+def test_scheduler_request_too_large_for_the_cache(tiny):
+    from treeattn.engine import Request, Scheduler
+
+    eng = Engine(tiny, "sdpa", page_size=4, num_pages=6)
+    sched = Scheduler(eng)
+    sched.submit(Request(list(range(1, 40)), max_new=4))
+    with pytest.raises(MemoryError, match="KV cache"):
+        sched.run()

@@ -384,6 +384,10 @@ class Scheduler:
             self.running.append(req)
             self._finish(req, self.eng.sample(logits[None], req.temperature)[0])
             n += 1
+        if not self.running and self.waiting and self.waiting[0].arrival <= self.clock:
+            raise MemoryError(f"KV cache: {self.eng.cache.num_free()} free pages cannot hold a "
+                              f"request of {len(self.waiting[0].prompt)} + "
+                              f"{self.waiting[0].max_new} tokens")
         return n
 
     def step(self) -> int:
