@@ -71,7 +71,7 @@ def test_graphs_match_eager(model, backend):
             assert any(s.captured for s in eng.steps)
     assert len(out[False]) == len(out[True])
     for a, b in zip(out[False], out[True]):
-        assert float(kl_rows(a, b).max()) < 1e-4
+        assert float(kl_rows(a, b).max()) < KL_MAX
 
 
 def test_branch_alone_equals_branch_in_tree_gpu(model):
@@ -90,4 +90,4 @@ def test_branch_alone_equals_branch_in_tree_gpu(model):
     s, _ = alone.prefill(prompt)
     for t, want in zip(stream, in_tree):
         got = alone.decode([(s, t)])[0].float().cpu()
-        assert float(kl_rows(want[None], got[None])) < 1e-4
+        assert float(kl_rows(want[None], got[None])) < KL_MAX
