@@ -179,9 +179,7 @@ def test_hf_transformers_logits(tmp_path, preset):
         cfg = ModelConfig.preset(preset)
     tiny = Model.random(cfg, seed=4)
     tiny.save(str(tmp_path))
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path),
-                                                           torch_dtype=torch.float32)
-    hf.eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).float().eval()
     prompt = list(range(5, 45))
     with torch.no_grad():
         want = hf(torch.tensor([prompt])).logits[0].float()
