@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what treeattn needs on a fresh Debian machine of this project's kind (idempotent):
 # compilers and CMake, GoogleTest, Google Benchmark, clang (libFuzzer), and a Python venv at
-# .venv with the build/test packages. The CUDA toolkit (nvcc) is used when present.
+# .venv with the build/test packages (torch, safetensors and matplotlib included: the engine
+# tests in tests/python need them). The CUDA toolkit (nvcc) is used when present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

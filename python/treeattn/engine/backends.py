@@ -1,0 +1,341 @@
+"""Decode attention backends over the engine's paged KV cache.
+
+Each step the engine hands a backend a :class:`StepMeta` (per query row: its block table and
+sequence length, vLLM style) through :meth:`Backend.prepare`, then calls
+:meth:`Backend.attend` once per layer. With CUDA graphs, ``prepare(meta, key)`` must refresh
+static device state in place for the graph captured under ``key`` (the padded row count) and
+return False when that state had to be rebuilt (capacity exceeded: the engine re-captures).
+
+* ``treeattn``        PrefixTree.from_block_tables + treeattn.plan(planner="auto") + decode;
+                      graphs through plan.to_device() / plan.update().
+* ``treeattn-query``  the same with the query planner (query-centric, same kernels).
+* ``flashinfer``      BatchDecodeWithPagedKVCacheWrapper over the same pages (GPU only).
+* ``sdpa``            K/V gathered per row into a dense padded tensor + torch SDPA (reference).
+* ``none``            no attention (returns q): the upper bound of what attention can cost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import treeattn
+
+
+@dataclass
+class StepMeta:
+    block_tables: List[List[int]]  # per row: page ids (at least ceil(len / page_size))
+    seq_lens: List[int]  # per row: tokens the row attends (its own included)
+    page_size: int
+    num_pages: int
+    row_seqs: Optional[List[int]] = None  # per row: sequence id (-1: padding row)
+    new_pages: Optional[List[int]] = None  # per row: page allocated this step for it, or -1
+    cow: bool = False  # a copy-on-write (fork) happened this step
+
+    @property
+    def rows(self) -> int:
+        return len(self.seq_lens)
+
+
+class Backend:
+    name = "?"
+
+    def __init__(self, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype,
+                 device: torch.device):
+        self.H, self.Hk, self.D = num_qo_heads, num_kv_heads, head_dim
+        self.dtype, self.device = dtype, device
+        self.scale = 1.0 / math.sqrt(head_dim)
+
+    def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
+        raise NotImplementedError
+
+    def prefetch(self, meta: StepMeta) -> None:
+        """Host work for the next step while the GPU runs this one (optional)."""
+
+    def attend(self, layer: int, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor):
+        raise NotImplementedError
+
+
+def _cuda_preset(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "h100"
+    name = torch.cuda.get_device_name(device).lower()
+    for p in ("h200", "h100", "a100"):
+        if p in name:
+            return p
+    return "h100"
+
+
+#: Tests set this: after each incremental tree update, compare it with the block tables.
+VERIFY_TREE = False
+
+
+class TreeAttnBackend(Backend):
+    """The tree comes from PrefixTree.from_block_tables, or, in steady state (the same rows as
+    the previous step, one token each, no copy-on-write), from append_tokens on the previous
+    tree with the page the KV manager allocated: measured ~100x cheaper on the host for a
+    64-row, 4k-token batch (see cli.plan_cost_probe). When the next step is predictable (same
+    rows, no row opening a page) its tree and plan are made by prefetch() while the GPU runs
+    this step, off the critical path."""
+
+    headroom = 2.0
+    incremental = True
+
+    def __init__(self, *a, planner: str = "auto", **k):
+        super().__init__(*a, **k)
+        self.planner = planner
+        self.tree = None
+        self.last_rows: Optional[List[int]] = None
+        self.ahead = None  # (rows, lens, tree, plan) of the predicted next step
+        self.changes, self._prev_rows = 0, None  # consecutive steps that reshaped the batch
+        self.tree_updates = {"rebuild": 0, "incremental": 0, "planned_ahead": 0}
+        self.name = "treeattn" if planner == "auto" else f"treeattn-{planner}"
+        self.preset = _cuda_preset(self.device)
+        self.kv_dtype = "float16" if self.dtype == torch.float32 else str(self.dtype)
+        self.plans: Dict[Optional[int], "treeattn.Plan"] = {}
+        self.cur = None
+
+    def _plan(self, tree, headroom=1.0):
+        return treeattn.plan(tree, self.H, self.Hk, self.D, planner=self.planner,
+                             device=self.preset, dtype=self.kv_dtype, headroom=headroom)
+
+    def prefetch(self, meta: StepMeta) -> None:
+        """Called while the GPU runs the step just prepared: plans the next step now when it is
+        predictable (the same rows, one token each, no row opening a page), so that its
+        prepare() only checks the prediction and uploads."""
+        self.ahead = None
+        rows = meta.row_seqs
+        self.changes = (self.changes + 1) if meta.cow or rows != self._prev_rows else 0
+        self._prev_rows = rows
+        if not self.incremental or self.tree is None or rows is None or self.changes >= 2:
+            return  # (every step reshapes the batch, e.g. beams or drafts: no use trying)
+        P = meta.page_size
+        if any(s >= 0 and n % P == 0 for n, s in zip(meta.seq_lens, rows)):
+            return  # some row opens a page next step: its id is the KV manager's choice
+        tree = self.tree.copy()
+        try:
+            for q, sid in enumerate(rows):
+                if sid >= 0:
+                    tree.append_tokens(q, 1, [])
+        except ValueError:  # would need a page (a query not alone on its leaf)
+            return
+        lens = [n + 1 if sid >= 0 else n for n, sid in zip(meta.seq_lens, rows)]
+        self.ahead = (list(rows), lens, tree, self._plan(tree))
+
+    def _tree_and_plan(self, meta: StepMeta):
+        ahead, self.ahead = self.ahead, None
+        if (ahead is not None and not meta.cow and meta.row_seqs == ahead[0]
+                and list(meta.seq_lens) == ahead[1] and all(p < 0 for p in meta.new_pages)):
+            self.tree = ahead[2]
+            self.tree_updates["planned_ahead"] += 1
+            self._verify(meta)
+            return self.tree, ahead[3]
+        tree = self._tree(meta)
+        return tree, self._plan(tree)
+
+    def _verify(self, meta: StepMeta) -> None:
+        if not VERIFY_TREE:
+            return
+        bt, lens = self.tree.to_block_tables()
+        assert list(lens) == list(meta.seq_lens), "incremental tree: lengths differ"
+        P = meta.page_size
+        for r, n in enumerate(meta.seq_lens):
+            m = (n + P - 1) // P
+            assert list(bt[r][:m]) == list(meta.block_tables[r][:m]), \
+                f"incremental tree: row {r} pages differ"
+
+    def _tree(self, meta: StepMeta):
+        rows = meta.row_seqs
+        if (self.incremental and self.tree is not None and rows is not None and not meta.cow
+                and rows == self.last_rows):
+            for q, (sid, page) in enumerate(zip(rows, meta.new_pages)):
+                if sid >= 0:
+                    self.tree.append_tokens(q, 1, [page] if page >= 0 else [])
+            self.tree_updates["incremental"] += 1
+            self._verify(meta)
+        else:
+            self.tree = treeattn.PrefixTree.from_block_tables(
+                meta.block_tables, meta.seq_lens, page_size=meta.page_size,
+                num_pages=meta.num_pages)
+            self.tree.free_pages = []  # every page comes from the KV manager
+            self.tree_updates["rebuild"] += 1
+        self.last_rows = list(rows) if rows is not None else None
+        return self.tree
+
+    def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
+        tree, new = self._tree_and_plan(meta)
+        self.last_rows = list(meta.row_seqs) if meta.row_seqs is not None else None
+        if key is None and self.device.type != "cuda":
+            self.cur = new
+            return True
+        # GPU: one device workspace per graph key (None: eager), refreshed in place
+        old = self.plans.get(key)
+        if old is not None and old.fits(new):
+            old.update(new)
+            self.cur = old
+            return True
+        p = self._plan(tree, self.headroom)
+        if self.device.type == "cuda":
+            p.to_device(self.device)
+        self.plans[key] = self.cur = p
+        return key is None
+
+    def attend(self, layer, q, kc, vc):
+        return treeattn.decode(q, kc, vc, self.cur)
+
+
+class SdpaBackend(Backend):
+    """Gathers each row's K/V into [rows, L, kv_heads, D] (L = longest row, or a fixed capacity
+    under CUDA graphs) and runs torch SDPA with a padding mask. Slow by design: the reference."""
+
+    name = "sdpa"
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.bufs: Dict[Optional[int], dict] = {}
+        self.cur = None
+
+    def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
+        P = meta.page_size
+        npages = max((n + P - 1) // P for n in meta.seq_lens)
+        bt = np.zeros((meta.rows, npages), dtype=np.int64)
+        for r, (t, n) in enumerate(zip(meta.block_tables, meta.seq_lens)):
+            m = (n + P - 1) // P
+            bt[r, :m] = t[:m]
+        lens = torch.tensor(meta.seq_lens, dtype=torch.int64)
+        ok = True
+        b = self.bufs.get(key)
+        if key is None or b is None or b["bt"].shape[1] < npages or b["bt"].shape[0] != meta.rows:
+            cap = npages if key is None else (npages + 63) // 64 * 64
+            b = {"bt": torch.zeros((meta.rows, cap), dtype=torch.int64, device=self.device),
+                 "lens": torch.zeros(meta.rows, dtype=torch.int64, device=self.device)}
+            self.bufs[key] = b
+            ok = key is None
+        b["bt"].zero_()
+        b["bt"][:, :npages].copy_(torch.from_numpy(bt))
+        b["lens"].copy_(lens)
+        self.cur = b
+        return ok
+
+    def attend(self, layer, q, kc, vc):
+        b = self.cur
+        P = kc.shape[1]
+        cap = b["bt"].shape[1] * P
+        pos = torch.arange(cap, device=q.device)
+        idx = b["bt"][:, pos // P] * P + pos % P  # [T, L] flat slots
+        mask = pos[None, :] < b["lens"][:, None]  # [T, L]
+        kf = kc.reshape(-1, self.Hk, self.D)
+        vf = vc.reshape(-1, self.Hk, self.D)
+        k = kf[idx].transpose(1, 2)  # [T, Hk, L, D]
+        v = vf[idx].transpose(1, 2)
+        g = self.H // self.Hk
+        k = k.repeat_interleave(g, dim=1) if g > 1 else k
+        v = v.repeat_interleave(g, dim=1) if g > 1 else v
+        o = F.scaled_dot_product_attention(q[:, :, None, :], k, v,
+                                           attn_mask=mask[:, None, None, :], scale=self.scale)
+        return o[:, :, 0, :]
+
+
+class FlashInferBackend(Backend):
+    """FlashInfer's paged decode over the same pages (NHD). CUDA graphs: one wrapper per key
+    with fixed index buffers (use_cuda_graph=True); plan() refreshes them before replay."""
+
+    name = "flashinfer"
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        import flashinfer  # noqa: F401  (ImportError -> backend unavailable)
+
+        self.fi = flashinfer
+        self.ws = torch.zeros(256 << 20, dtype=torch.uint8, device=self.device)
+        self.wrappers: Dict[Optional[int], tuple] = {}
+        self.cur = None
+
+    def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
+        P = meta.page_size
+        counts = [(n + P - 1) // P for n in meta.seq_lens]
+        indptr = np.zeros(meta.rows + 1, dtype=np.int32)
+        np.cumsum(counts, out=indptr[1:])
+        indices = np.fromiter(itertools.chain.from_iterable(
+            t[:c] for t, c in zip(meta.block_tables, counts)), dtype=np.int32,
+            count=int(indptr[-1]))
+        last = np.array([n - (c - 1) * P for n, c in zip(meta.seq_lens, counts)], np.int32)
+        dev = self.device
+        ok = True
+        w = self.wrappers.get(key)
+        if key is None:
+            if w is None:
+                w = (self.fi.BatchDecodeWithPagedKVCacheWrapper(self.ws, "NHD",
+                                                                use_tensor_cores=True), 0)
+                self.wrappers[key] = w
+        elif w is None or w[1] < len(indices):
+            cap = max(1024, 1 << (len(indices) - 1).bit_length())
+            w = (self.fi.BatchDecodeWithPagedKVCacheWrapper(
+                self.ws, "NHD", use_cuda_graph=True, use_tensor_cores=True,
+                paged_kv_indptr_buffer=torch.empty(meta.rows + 1, dtype=torch.int32, device=dev),
+                paged_kv_indices_buffer=torch.empty(cap, dtype=torch.int32, device=dev),
+                paged_kv_last_page_len_buffer=torch.empty(meta.rows, dtype=torch.int32,
+                                                          device=dev)), cap)
+            self.wrappers[key] = w
+            ok = False
+        w[0].plan(torch.from_numpy(indptr).to(dev), torch.from_numpy(indices).to(dev),
+                  torch.from_numpy(last).to(dev), self.H, self.Hk, self.D, P,
+                  pos_encoding_mode="NONE", q_data_type=self.dtype, kv_data_type=self.dtype)
+        self.cur = w[0]
+        return ok
+
+    def attend(self, layer, q, kc, vc):
+        return self.cur.run(q, (kc, vc))
+
+
+class NoAttnBackend(Backend):
+    """Skips attention (returns q): decode time without attention, the upper bound."""
+
+    name = "none"
+
+    def prepare(self, meta, key=None):
+        return True
+
+    def attend(self, layer, q, kc, vc):
+        return q
+
+
+BACKENDS = ["treeattn", "treeattn-query", "flashinfer", "sdpa", "none"]
+
+
+def available(name: str, device: torch.device) -> Optional[str]:
+    """None when the backend can run here, else why not."""
+    if name == "flashinfer":
+        if device.type != "cuda":
+            return "flashinfer needs a CUDA device"
+        try:
+            import flashinfer  # noqa: F401
+        except Exception as e:  # noqa: BLE001
+            return f"flashinfer not importable ({type(e).__name__}: {e})"
+    if name.startswith("treeattn") and device.type == "cuda" and not treeattn.built_with_cuda:
+        return "treeattn was built without CUDA"
+    return None
+
+
+def make_backend(name: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype,
+                 device) -> Backend:
+    device = torch.device(device)
+    args = (num_qo_heads, num_kv_heads, head_dim)
+    kw = {"dtype": dtype, "device": device}
+    if name == "treeattn":
+        return TreeAttnBackend(*args, planner="auto", **kw)
+    if name.startswith("treeattn-"):
+        return TreeAttnBackend(*args, planner=name[len("treeattn-"):], **kw)
+    if name == "sdpa":
+        return SdpaBackend(*args, **kw)
+    if name == "flashinfer":
+        return FlashInferBackend(*args, **kw)
+    if name == "none":
+        return NoAttnBackend(*args, **kw)
+    raise ValueError(f"backend: unknown {name!r}, expected one of {BACKENDS}")

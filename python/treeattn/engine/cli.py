@@ -1,0 +1,353 @@
+"""``treeattn-engine bench``: runs workloads W0-W6 with several attention backends in one
+process, prints a table, writes JSON and a PNG.
+
+Metrics per (workload, backend): decode tokens/s (tokens emitted / summed decode step time),
+TPOT p50/p99 (per step; W6: step time over tokens emitted per request), attention time per step
+(CUDA events over every layer, sampled), host planning time per step (block tables -> tree ->
+plan -> upload), and the share of the step it takes. The ``none`` backend (attention skipped)
+gives the upper bound."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import platform
+import sys
+import time
+from typing import List, Optional
+
+import numpy as np
+
+
+def _pct(xs, q):
+    xs = [x for x in xs if not math.isnan(x)]
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+def _mean(xs):
+    xs = [x for x in xs if not math.isnan(x)]
+    return float(np.mean(xs)) if xs else float("nan")
+
+
+class Progress:
+    """A plain-text progress bar on stderr."""
+
+    def __init__(self, label: str, enabled: bool = True):
+        self.label, self.enabled, self.t0 = label, enabled, time.time()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int):
+        now = time.time()
+        if not self.enabled or (now - self.last < 0.5 and done != total):
+            return
+        self.last = now
+        if total:
+            w = 30
+            k = min(w, int(w * done / total))
+            bar = "#" * k + "." * (w - k)
+            sys.stderr.write(f"\r  {self.label:28s} [{bar}] {done}/{total} "
+                             f"{now - self.t0:6.1f}s")
+        else:
+            sys.stderr.write(f"\r  {self.label:28s} step {done} {now - self.t0:6.1f}s")
+        sys.stderr.flush()
+
+    def close(self):
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def bench_one(model, workload: str, params: dict, backend: str, args) -> dict:
+    import torch
+
+    from . import workloads
+    from .engine import Engine
+    from .model import ModelConfig
+
+    mt = workloads.max_tokens(workload, params)
+    dry = isinstance(model, ModelConfig)
+    eng = Engine(model, backend, page_size=args.page_size, max_tokens=mt,
+                 max_seqs=workloads.max_seqs(workload, params),
+                 cuda_graphs=(not args.no_graphs and not dry and model.device.type == "cuda"),
+                 seed=args.seed, time_attention_every=args.attn_every, dry_run=dry)
+    max_steps = args.sdpa_steps if backend == "sdpa" and args.sdpa_steps else 0
+    prog = Progress(f"{workload} {backend}", not args.no_progress)
+    t0 = time.perf_counter()
+    res = workloads.run(eng, workload, params, seed=args.seed, progress=prog,
+                        max_steps=max_steps, temperature=args.temperature)
+    wall = time.perf_counter() - t0
+    prog.close()
+    eng.cache.check()
+    steps = eng.steps
+    # timed: after the first warm-up steps, without the steps that captured a CUDA graph
+    # (backends re-capture at different times; captures are counted separately)
+    keep = [i for i, s in enumerate(steps) if i >= args.warmup_steps and not s.captured]
+    keep = keep or list(range(len(steps)))
+    st = [steps[i] for i in keep]
+    step_ms = [s.step_ms for s in st]
+    tpot = [res.tpot_ms[i] for i in keep]
+    toks = sum(res.step_tokens[i] for i in keep)
+    dec_s = sum(step_ms) / 1e3
+    rec = {
+        "workload": workload, "backend": backend, "params": params,
+        "cuda_graphs": eng.cuda_graphs and not dry,
+        "steps": len(steps), "timed_steps": len(st), "tokens": res.tokens,
+        "decode_tok_s": toks / dec_s if dec_s > 0 else float("nan"),
+        "tpot_p50_ms": _pct(tpot, 50), "tpot_p99_ms": _pct(tpot, 99),
+        "step_p50_ms": _pct(step_ms, 50),
+        "attn_ms_per_step": _mean([s.attn_ms for s in st]),
+        "plan_ms_per_step": _mean([s.plan_ms for s in st]),
+        "prefetch_ms_per_step": _mean([s.prefetch_ms for s in st]),
+        "tree_updates": dict(getattr(eng.backend, "tree_updates", {})),
+        "host_meta_ms_per_step": _mean([s.host_meta_ms for s in st]),
+        "plan_share": _mean([s.plan_ms / s.step_ms for s in st if s.step_ms > 0]),
+        "rows_mean": _mean([s.rows for s in st]),
+        "captures": sum(1 for s in steps if s.captured),
+        "prefill_ms": res.prefill_ms, "wall_s": wall,
+        "kv_stats": dict(eng.cache.stats), "info": res.info,
+        "truncated_steps": bool(max_steps),
+    }
+    del eng
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return rec
+
+
+def plan_cost_probe(args) -> dict:
+    """Host cost of the two ways to get each step's tree for a W1-like batch: rebuilding it
+    with PrefixTree.from_block_tables vs incremental append_tokens on the previous tree."""
+    import treeattn
+
+    n, prompt, P = 64, 4096, args.page_size
+    pages = list(range(1, prompt // P + 1))
+    nxt = len(pages) + 1
+    tables = []
+    for _ in range(n):
+        tables.append(pages + [nxt])
+        nxt += 1
+    lens = [prompt + 1] * n
+    t = time.perf_counter()
+    reps = 20
+    for _ in range(reps):
+        treeattn.PrefixTree.from_block_tables(tables, lens, page_size=P)
+    rebuild = (time.perf_counter() - t) / reps * 1e3
+    tree = treeattn.PrefixTree.from_block_tables(tables, lens, page_size=P)
+    tree.num_pages = nxt + n * 64
+    tree.free_pages = list(range(nxt, nxt + n * 64))
+    t = time.perf_counter()
+    for _ in range(reps):
+        for q in range(n):
+            tree.append_tokens(q, 1)
+    incr = (time.perf_counter() - t) / reps * 1e3
+    t = time.perf_counter()
+    for _ in range(reps):
+        treeattn.plan(tree, 32, 8, 128, planner="auto")
+    plan_ms = (time.perf_counter() - t) / reps * 1e3
+    return {"batch": f"n={n} prompt={prompt} page={P}", "from_block_tables_ms": rebuild,
+            "append_tokens_ms": incr, "plan_auto_ms": plan_ms}
+
+
+def table(recs: List[dict]) -> str:
+    hdr = ("workload", "backend", "tok/s", "TPOT p50", "TPOT p99", "attn ms", "plan ms",
+           "plan %", "rows", "vs best", "graphs")
+    best = {}
+    for r in recs:
+        if r["backend"] != "none" and not r.get("error"):
+            best[r["workload"]] = max(best.get(r["workload"], 0), r["decode_tok_s"])
+    lines = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+    for r in recs:
+        if r.get("error"):
+            lines.append(f"| {r['workload']} | {r['backend']} | {r['error'][:60]} |")
+            continue
+        b = best.get(r["workload"])
+        lines.append("| " + " | ".join([
+            r["workload"], r["backend"], f"{r['decode_tok_s']:.0f}",
+            f"{r['tpot_p50_ms']:.2f}", f"{r['tpot_p99_ms']:.2f}", f"{r['attn_ms_per_step']:.2f}",
+            f"{r['plan_ms_per_step']:.2f}", f"{100 * r['plan_share']:.1f}",
+            f"{r['rows_mean']:.0f}", f"{r['decode_tok_s'] / b:.2f}" if b else "-",
+            "yes" if r.get("cuda_graphs") else "no"]) + " |")
+    return "\n".join(lines)
+
+
+def plot(recs: List[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in recs if not r.get("error")]
+    wls = sorted({r["workload"] for r in recs})
+    bks = [b for b in ["treeattn", "treeattn-query", "flashinfer", "sdpa", "none"]
+           if any(r["backend"] == b for r in recs)]
+    bks += sorted({r["backend"] for r in recs} - set(bks))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    w = 0.8 / max(len(bks), 1)
+    for ax, key, title in ((axes[0], "decode_tok_s", "decode tokens/s (higher is better)"),
+                           (axes[1], "tpot_p50_ms", "TPOT p50, ms (lower is better)")):
+        for j, b in enumerate(bks):
+            ys = []
+            for wl in wls:
+                m = [r[key] for r in recs if r["workload"] == wl and r["backend"] == b]
+                ys.append(m[0] if m else 0.0)
+            ax.bar(np.arange(len(wls)) + j * w, ys, w, label=b)
+        ax.set_xticks(np.arange(len(wls)) + w * (len(bks) - 1) / 2)
+        ax.set_xticklabels(wls, rotation=20 if max(map(len, wls)) > 4 else 0, fontsize=8)
+        ax.set_title(title)
+        ax.set_yscale("log")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cmd_bench(args) -> int:
+    import torch
+
+    import treeattn
+
+    from . import workloads
+    from .backends import available
+    from .model import Model, ModelConfig
+
+    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
+        args.dtype or ("bf16" if dev.type == "cuda" else "fp32")]
+    if args.dry_run:  # host side only: a config, no weights; small vocab (logits are random)
+        dev, dtype = torch.device("cpu"), torch.bfloat16
+        over = {"num_layers": args.layers} if args.layers else {}
+        model = ModelConfig.preset(args.model or "llama3-8b", vocab_size=1024, **over)
+        args.scale = args.scale or "gpu"
+    elif args.model_path:
+        model = Model.load(args.model_path, dtype=dtype, device=dev)
+    else:
+        over = {"num_layers": args.layers} if args.layers else {}
+        cfg = ModelConfig.preset(args.model or ("llama3-8b" if dev.type == "cuda" else "tiny"),
+                                 **over)
+        model = Model.random(cfg, dtype=dtype, device=dev, seed=args.seed)
+    scale = args.scale or ("gpu" if dev.type == "cuda" else "cpu")
+    wls = (args.workloads.split(";") if ";" in args.workloads or "@" in args.workloads
+           else args.workloads.split(","))
+    backends = args.backends.split(",")
+    recs = []
+    t_start = time.time()
+    cfg = model if isinstance(model, ModelConfig) else model.config
+    print(f"treeattn-engine bench: model {cfg.arch} layers={cfg.num_layers} "
+          f"hidden={cfg.hidden_size} {str(dtype)[6:]} on {dev}"
+          f"{' DRY RUN (host side only)' if args.dry_run else ''}"
+          f"{' (' + torch.cuda.get_device_name(dev) + ')' if dev.type == 'cuda' else ''}, "
+          f"scale {scale}, page {args.page_size}", file=sys.stderr)
+    for spec in wls:  # "W1" or a variant "W1@n=16,prompt=1024"
+        wl, _, variant = spec.partition("@")
+        params = dict(workloads.PRESETS[scale][wl])
+        sets = [f"{wl}.{x}" for x in variant.split(",") if x] + list(args.set or [])
+        for kv in sets:
+            k, v = kv.split("=", 1)
+            if k.startswith(wl + "."):
+                params[k[len(wl) + 1:]] = type(params.get(k[len(wl) + 1:], 0.0))(float(v))
+        for b in backends:
+            why = available(b, dev)
+            if why is None and args.time_budget and time.time() - t_start > args.time_budget:
+                why = f"skipped: time budget {args.time_budget}s spent"
+            if why:
+                recs.append({"workload": spec, "backend": b, "error": why, "unavailable": True})
+                print(f"  {spec} {b}: {why}", file=sys.stderr)
+                continue
+            try:
+                recs.append(dict(bench_one(model, wl, params, b, args), workload=spec))
+            except Exception as e:  # noqa: BLE001 - one failing backend must not stop the run
+                import traceback
+
+                traceback.print_exc()
+                err = f"{type(e).__name__}: {e}"
+                rec = {"workload": spec, "backend": b, "error": err}
+                if dev.type == "cuda" and not args.no_graphs:  # once more, eagerly
+                    try:
+                        args.no_graphs = True
+                        rec = dict(bench_one(model, wl, params, b, args), workload=spec)
+                        rec["note"] = f"CUDA-graph run failed ({err[:200]}); eager decode"
+                    except Exception as e2:  # noqa: BLE001
+                        traceback.print_exc()
+                        rec["error"] += f"; eager: {type(e2).__name__}: {e2}"
+                    finally:
+                        args.no_graphs = False
+                recs.append(rec)
+    probe = plan_cost_probe(args)
+    out = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+           "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor()
+           or "cpu", "torch": torch.__version__, "treeattn_cuda": treeattn.built_with_cuda,
+           "model": (dict(vars(model), dry_run=True) if args.dry_run else model.describe()),
+           "scale": scale, "page_size": args.page_size,
+           "cuda_graphs": not args.no_graphs and dev.type == "cuda", "records": recs,
+           "tree_update_probe": probe}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+    if args.png:
+        try:
+            plot(recs, args.png)
+        except ImportError as e:  # the table and JSON still count; `plot` makes the PNG later
+            print(f"no PNG ({e}); run `treeattn-engine plot {args.json} {args.png}` where "
+                  f"matplotlib is installed", file=sys.stderr)
+    print(table(recs))
+    print(f"tree per step (W1-like, host): from_block_tables {probe['from_block_tables_ms']:.3f} "
+          f"ms, incremental append_tokens {probe['append_tokens_ms']:.3f} ms, "
+          f"plan(auto) {probe['plan_auto_ms']:.3f} ms")
+    return 0 if all(not r.get("error") or r.get("unavailable") for r in recs) else 1
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from .backends import BACKENDS
+    from .workloads import WORKLOADS
+
+    ap = argparse.ArgumentParser(prog="treeattn-engine",
+                                 description="treeattn decode engine (see treeattn.engine)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("bench", help="workloads x backends: table, JSON, PNG")
+    b.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help="W0..W6, comma separated; sizes of one run: W1@n=16,prompt=1024 "
+                        "(then separate workloads with ';')")
+    b.add_argument("--backends", default=",".join(BACKENDS))
+    b.add_argument("--model", help="preset: llama3-8b (GPU default), qwen2-7b, tiny (CPU)")
+    b.add_argument("--model-path", help="local HF directory (config.json + safetensors)")
+    b.add_argument("--layers", type=int, help="override the preset's layer count")
+    b.add_argument("--dtype", choices=["bf16", "fp16", "fp32"])
+    b.add_argument("--device")
+    b.add_argument("--scale", choices=["gpu", "cpu"], help="workload sizes (default by device)")
+    b.add_argument("--set", action="append", help="override a size, e.g. W1.n=32 (repeatable)")
+    b.add_argument("--page-size", type=int, default=16)
+    b.add_argument("--temperature", type=float, default=0.8)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--no-graphs", action="store_true", help="eager decode on CUDA")
+    b.add_argument("--attn-every", type=int, default=8,
+                   help="time attention with CUDA events every N steps (0: never)")
+    b.add_argument("--warmup-steps", type=int, default=2, help="steps left out of the timing")
+    b.add_argument("--sdpa-steps", type=int, default=0,
+                   help="cap the sdpa backend's decode steps (it is slow; 0 = no cap)")
+    b.add_argument("--time-budget", type=float, default=0,
+                   help="seconds; later runs are skipped once spent (0 = none)")
+    b.add_argument("--dry-run", action="store_true",
+                   help="host side only (KV manager, trees, plans; no model, random logits): "
+                        "per-step host cost at full size, on any machine")
+    b.add_argument("--json")
+    b.add_argument("--png")
+    b.add_argument("--no-progress", action="store_true")
+    pl = sub.add_parser("plot", help="table and PNG from a bench JSON (e.g. a device run)")
+    pl.add_argument("json")
+    pl.add_argument("png", nargs="?")
+    args = ap.parse_args(argv)
+    if args.cmd == "bench":
+        return cmd_bench(args)
+    if args.cmd == "plot":
+        with open(args.json) as f:
+            recs = json.load(f)["records"]
+        print(table(recs))
+        if args.png:
+            plot(recs, args.png)
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

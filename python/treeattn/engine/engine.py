@@ -1,0 +1,430 @@
+"""The engine: prefill (torch SDPA, prefix reuse), batched decode steps over the paged cache with a
+pluggable attention backend, CUDA graphs for decode (the same for every backend), sampling.
+
+Its unit of work is a *row*: (sequence id, token). A decode step appends every row's token to its
+sequence (one slot each, copy-on-write resolved by the KV manager), builds the block tables and
+sequence lengths of the rows, lets the backend plan, and runs the model once over all rows.
+Several rows may belong to one sequence (speculative decoding: a token tree verified per step);
+each then attends its own prefix. Workload controllers (``workloads.py``) decide which rows run,
+fork and finish sequences; this module knows nothing about them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .backends import StepMeta, make_backend
+from .kv import KVCache
+from .model import Model, ModelConfig
+
+
+def _bucket(n: int) -> int:
+    """Padded row count of a CUDA graph: 8, 16, 24, 32, 48, 64, 96, 128, ..."""
+    if n <= 8:
+        return 8
+    b = 1 << (n - 1).bit_length()
+    half = b // 2 + b // 4
+    return half if n <= half else b
+
+
+@dataclass
+class StepTimes:
+    host_meta_ms: float = 0.0  # slots, block tables
+    plan_ms: float = 0.0  # backend.prepare (tree + plan + upload for treeattn)
+    prefetch_ms: float = 0.0  # backend.prefetch: next step's plan, while the GPU runs
+    step_ms: float = 0.0  # whole decode step, synchronised
+    attn_ms: float = float("nan")  # all layers' attention (CUDA events), when sampled
+    rows: int = 0
+    captured: bool = False
+
+
+class Engine:
+    """Model + paged KV cache + one attention backend.
+
+    backend: 'treeattn', 'treeattn-query', 'flashinfer', 'sdpa' or 'none'. cuda_graphs: default
+    on for CUDA devices. num_pages: KV pages (default: max_tokens plus a partial page for each of
+    max_seqs live sequences). seed: sampling."""
+
+    def __init__(self, model: Model, backend: str = "sdpa", page_size: int = 16,
+                 num_pages: Optional[int] = None, max_tokens: int = 1 << 16,
+                 max_seqs: int = 64,
+                 cuda_graphs: Optional[bool] = None, seed: int = 0,
+                 time_attention_every: int = 0, dry_run: bool = False):
+        """dry_run: host side only (KV manager, trees, plans; no K/V storage, no model, random
+        logits): measures the host cost of any workload at full size on a CPU. `model` may then
+        be a ModelConfig."""
+        if isinstance(model, ModelConfig):
+            if not dry_run:
+                raise ValueError("model: a ModelConfig needs dry_run=True")
+            model = _ConfigOnly(model)
+        c = model.config
+        self.model, self.config = model, c
+        self.device = model.device
+        self.dtype = model.dtype
+        self.page_size = page_size
+        self.dry_run = dry_run
+        if num_pages is None:
+            num_pages = -(-max_tokens // page_size) + max_seqs + 2  # + a partial page each
+        self.cache = KVCache(c.num_layers, num_pages, page_size, c.num_kv_heads, c.head_dim,
+                             dtype=self.dtype, device=self.device, allocate=not dry_run)
+        self.backend_name = backend
+        self.backend = make_backend(backend, c.num_heads, c.num_kv_heads, c.head_dim,
+                                    self.dtype, self.device)
+        # on a CPU device, cuda_graphs=True emulates them (padded rows, static buffers, keyed
+        # backend state, eager run): the tests exercise that bookkeeping without a GPU
+        self.cuda_graphs = (self.device.type == "cuda") if cuda_graphs is None else cuda_graphs
+        self.graphs: Dict[int, dict] = {}
+        self.pool = None
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.time_attention_every = time_attention_every
+        self.steps: List[StepTimes] = []
+        self.on_logits: Optional[Callable[[str, torch.Tensor], None]] = None
+        self.recorder: Optional[Recorder] = None
+
+    # ---- sequences
+
+    def prefill(self, prompt: Sequence[int]) -> Tuple[int, torch.Tensor]:
+        """New sequence for `prompt` (full pages of a cached prefix are reused, the rest computed
+        with torch SDPA). Returns (seq id, float32 logits of the last prompt token)."""
+        kv, c = self.cache, self.config
+        sid, cached = kv.new_seq(prompt)
+        slots = [kv.append(sid, t) for t in prompt[cached:]]
+        kv.apply_copies(kv.take_copies())
+        if self.dry_run:
+            return sid, torch.randn(c.vocab_size, generator=self.gen)
+        L, n = len(prompt), len(prompt) - cached
+        dev, P = self.device, self.page_size
+        slots_t = torch.tensor(slots, device=dev)
+        pages = torch.tensor(kv.block_table(sid), device=dev)
+        pos = torch.arange(L, device=dev)
+        ctx = pages[pos // P] * P + pos % P  # [L] flat slots of the whole context
+        mask = None
+        if cached:
+            mask = pos[None, :] <= (pos[cached:, None])  # [n, L]
+        g = c.num_heads // c.num_kv_heads
+
+        def attend(i, q, k, v):
+            kf = self.cache.k[i].view(-1, c.num_kv_heads, c.head_dim)
+            vf = self.cache.v[i].view(-1, c.num_kv_heads, c.head_dim)
+            kf.index_copy_(0, slots_t, k)
+            vf.index_copy_(0, slots_t, v)
+            kk = kf[ctx].transpose(0, 1).repeat_interleave(g, 0)[None]  # [1, H, L, D]
+            vv = vf[ctx].transpose(0, 1).repeat_interleave(g, 0)[None]
+            o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kk, vv, attn_mask=mask,
+                                               is_causal=mask is None)
+            return o[0].transpose(0, 1)
+
+        with torch.inference_mode():
+            logits = self.model.forward(torch.tensor(prompt[cached:], device=dev),
+                                        pos[cached:], attend,
+                                        logits_rows=torch.tensor([n - 1], device=dev))[0]
+        if self.on_logits is not None:
+            self.on_logits("prefill", logits[None])
+        return sid, logits
+
+    def fork(self, sid: int, n: int = 1) -> List[int]:
+        return self.cache.fork(sid, n)
+
+    def free(self, sid: int) -> None:
+        self.cache.free_seq(sid)
+
+    def truncate(self, sid: int, length: int) -> None:
+        self.cache.truncate(sid, length)
+
+    def length(self, sid: int) -> int:
+        return self.cache.length(sid)
+
+    # ---- decode
+
+    def decode(self, rows: Sequence[Tuple[int, int]]) -> torch.Tensor:
+        """One decode step: rows (seq id, token) -> float32 logits [len(rows), vocab]. Under
+        CUDA graphs the logits live in the graph's output buffer: use them before the next
+        step."""
+        t0 = time.perf_counter()
+        kv, dev, P = self.cache, self.device, self.page_size
+        positions, slots, new_pages = [], [], []
+        for sid, tok in rows:
+            n = kv.length(sid)
+            positions.append(n)
+            slots.append(kv.append(sid, tok))
+            new_pages.append(slots[-1] // P if n % P == 0 else -1)
+        changed = kv.truncated
+        copies = kv.take_copies()
+        row_seqs = [sid for sid, _ in rows]
+        tokens = [t for _, t in rows]
+        bts = [kv.block_table(sid) for sid, _ in rows]
+        lens = [p + 1 for p in positions]
+        T = len(rows)
+        key = _bucket(T) if self.cuda_graphs else None
+        if key is not None and key > T:  # padding rows: scratch page 0, slot 0
+            pad = key - T
+            tokens += [0] * pad
+            positions += [0] * pad
+            slots += [0] * pad
+            bts += [[0]] * pad
+            lens += [1] * pad
+            row_seqs += [-1] * pad
+            new_pages += [-1] * pad
+        meta = StepMeta(bts, lens, P, kv.num_pages, row_seqs, new_pages,
+                        cow=bool(copies) or changed)
+        t1 = time.perf_counter()
+        ok = self.backend.prepare(meta, key)
+        t2 = time.perf_counter()
+        st = StepTimes(host_meta_ms=(t1 - t0) * 1e3, plan_ms=(t2 - t1) * 1e3, rows=T)
+        with torch.inference_mode():
+            if self.dry_run:
+                logits = torch.randn(T, self.config.vocab_size, generator=self.gen)
+            elif key is None:
+                logits = self._forward(torch.tensor(tokens, device=dev),
+                                       torch.tensor(positions, device=dev),
+                                       torch.tensor(slots, device=dev), copies)
+            else:
+                logits = self._graph_step(key, ok, tokens, positions, slots, copies, st)[:T]
+            t3 = time.perf_counter()
+            self.backend.prefetch(meta)  # overlaps the GPU's work on this step
+            st.prefetch_ms = (time.perf_counter() - t3) * 1e3
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            st.step_ms = (time.perf_counter() - t0) * 1e3
+            if self.time_attention_every and len(self.steps) % self.time_attention_every == 0:
+                st.attn_ms = self.time_attention(T)  # outside the step's time
+        self.steps.append(st)
+        if self.on_logits is not None:
+            self.on_logits("decode", logits)
+        return logits
+
+    def _attend_fn(self, slots_t, csrc, cdst):
+        c = self.config
+
+        def attend(i, q, k, v):
+            kc, vc = self.cache.k[i], self.cache.v[i]
+            kf = kc.view(-1, c.num_kv_heads, c.head_dim)
+            vf = vc.view(-1, c.num_kv_heads, c.head_dim)
+            kf.index_copy_(0, slots_t, k)
+            vf.index_copy_(0, slots_t, v)
+            if csrc is not None:  # deferred copy-on-write, after this step's writes
+                kf.index_copy_(0, cdst, kf[csrc])
+                vf.index_copy_(0, cdst, vf[csrc])
+            return self.backend.attend(i, q, kc, vc)
+
+        return attend
+
+    def _forward(self, tokens, positions, slots_t, copies):
+        csrc = cdst = None
+        if copies:
+            csrc = torch.tensor([a for a, _ in copies], device=self.device)
+            cdst = torch.tensor([b for _, b in copies], device=self.device)
+        return self.model.forward(tokens, positions, self._attend_fn(slots_t, csrc, cdst))
+
+    def _graph_step(self, key, ok, tokens, positions, slots, copies, st):
+        g = self.graphs.get(key)
+        ncopy = max(len(copies), 1)
+        if g is not None and (not ok or g["csrc"].shape[0] < ncopy):
+            g = None
+        if g is None:
+            dev = self.device
+            cap = max(key * self.page_size, 1 << (ncopy - 1).bit_length())
+            g = {"tokens": torch.zeros(key, dtype=torch.long, device=dev),
+                 "positions": torch.zeros(key, dtype=torch.long, device=dev),
+                 "slots": torch.zeros(key, dtype=torch.long, device=dev),
+                 "csrc": torch.zeros(cap, dtype=torch.long, device=dev),
+                 "cdst": torch.zeros(cap, dtype=torch.long, device=dev)}
+        self._fill(g, tokens, positions, slots, copies)
+        if self.device.type != "cuda":  # emulated graphs (CPU tests): same buffers, eager run
+            self.graphs[key] = g
+            g["logits"] = self.model.forward(g["tokens"], g["positions"], self._attend_fn(
+                g["slots"], g["csrc"], g["cdst"]))
+            return g["logits"]
+        if "graph" not in g:
+            fn = self._attend_fn(g["slots"], g["csrc"], g["cdst"])
+
+            def run():
+                return self.model.forward(g["tokens"], g["positions"], fn)
+
+            s = torch.cuda.Stream(self.device)
+            s.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(s):
+                run()  # warm-up (writes are idempotent)
+            torch.cuda.current_stream(self.device).wait_stream(s)
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                g["logits"] = run()
+            g["graph"] = graph
+            self.graphs[key] = g
+            st.captured = True
+        g["graph"].replay()
+        return g["logits"]
+
+    @staticmethod
+    def _fill(g, tokens, positions, slots, copies):
+        g["tokens"].copy_(torch.tensor(tokens))
+        g["positions"].copy_(torch.tensor(positions))
+        g["slots"].copy_(torch.tensor(slots))
+        cap = g["csrc"].shape[0]
+        src = [a for a, _ in copies] + [0] * (cap - len(copies))
+        dst = [b for _, b in copies] + [0] * (cap - len(copies))
+        g["csrc"].copy_(torch.tensor(src))
+        g["cdst"].copy_(torch.tensor(dst))
+
+    def time_attention(self, T: int) -> float:
+        """GPU time (CUDA events) of the backend's attention over every layer for the step just
+        planned, on random queries (the cost does not depend on q's values). NaN on CPU."""
+        if self.device.type != "cuda":
+            return float("nan")
+        c = self.config
+        rows = _bucket(T) if self.cuda_graphs else T
+        q = torch.randn(rows, c.num_heads, c.head_dim, device=self.device, dtype=self.dtype)
+        evs = []
+        for i in range(c.num_layers):
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+            self.backend.attend(i, q, self.cache.k[i], self.cache.v[i])
+            b.record()
+            evs.append((a, b))
+        torch.cuda.synchronize(self.device)
+        return sum(a.elapsed_time(b) for a, b in evs)
+
+    # ---- sampling and teacher forcing
+
+    def sample(self, logits: torch.Tensor, temperature=0.0) -> List[int]:
+        """Greedy (temperature 0) or temperature sampling with the engine's seeded generator;
+        temperature: one value or one per row."""
+        if self.recorder is not None and self.recorder.replaying:
+            return self.recorder.next()
+        if isinstance(temperature, (int, float)) and temperature <= 0:
+            out = logits.argmax(-1).tolist()
+        else:
+            t = torch.as_tensor(temperature, dtype=torch.float32, device=logits.device)
+            t = t.expand(logits.shape[0]) if t.dim() == 0 else t
+            probs = torch.softmax(logits / t.clamp_min(1e-6)[:, None], dim=-1)
+            drawn = torch.multinomial(probs, 1, generator=self.gen)[:, 0]
+            out = torch.where(t > 0, drawn, logits.argmax(-1)).tolist()
+        if self.recorder is not None:
+            self.recorder.add(out)
+        return out
+
+    def decide(self, fn: Callable[[], object]):
+        """Any other decision taken from logits (beam selection, pruning): recorded in a
+        reference run and replayed in a teacher-forced one, so both follow the same streams."""
+        if self.recorder is not None and self.recorder.replaying:
+            return self.recorder.next()
+        out = fn()
+        if self.recorder is not None:
+            self.recorder.add(out)
+        return out
+
+
+class _ConfigOnly:
+    """Stands in for a Model in dry runs (host-side measurements)."""
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+        self.device = torch.device("cpu")
+        self.dtype = torch.bfloat16
+
+
+@dataclass
+class Request:
+    prompt: List[int]
+    max_new: int
+    temperature: float = 0.0
+    arrival: int = 0  # decode step at which it may join
+    stop: Optional[int] = None  # stop token
+    output: List[int] = field(default_factory=list)
+    sid: int = -1
+    done: bool = False
+
+
+class Scheduler:
+    """Continuous batching over an Engine: a request joins the running batch (after its prefill,
+    which reuses cached prefix pages) once its arrival step has come, there is room in the batch
+    and the KV cache can hold it; it leaves after max_new tokens or its stop token, freeing its
+    pages. One decode step runs every running request."""
+
+    def __init__(self, eng: Engine, max_batch: int = 256):
+        self.eng, self.max_batch = eng, max_batch
+        self.waiting: List[Request] = []
+        self.running: List[Request] = []
+        self.finished: List[Request] = []
+        self.clock = 0  # decode steps so far (arrival times are in these units)
+
+    def submit(self, req: Request) -> Request:
+        self.waiting.append(req)
+        self.waiting.sort(key=lambda r: r.arrival)
+        return req
+
+    def _fits(self, req: Request) -> bool:
+        P = self.eng.page_size
+        need = -(-(len(req.prompt) + req.max_new) // P) + 1
+        return self.eng.cache.num_free() >= need + len(self.running)
+
+    def _finish(self, req: Request, token: int) -> None:
+        req.output.append(token)
+        if len(req.output) >= req.max_new or token == req.stop:
+            req.done = True
+            self.eng.free(req.sid)
+            self.running.remove(req)
+            self.finished.append(req)
+
+    def admit(self) -> int:
+        n = 0
+        if not self.running and self.waiting:
+            self.clock = max(self.clock, self.waiting[0].arrival)  # idle: jump to next arrival
+        while (self.waiting and self.waiting[0].arrival <= self.clock
+               and len(self.running) < self.max_batch and self._fits(self.waiting[0])):
+            req = self.waiting.pop(0)
+            req.sid, logits = self.eng.prefill(req.prompt)
+            self.running.append(req)
+            self._finish(req, self.eng.sample(logits[None], req.temperature)[0])
+            n += 1
+        if not self.running and self.waiting and self.waiting[0].arrival <= self.clock:
+            raise MemoryError(f"KV cache: {self.eng.cache.num_free()} free pages cannot hold a "
+                              f"request of {len(self.waiting[0].prompt)} + "
+                              f"{self.waiting[0].max_new} tokens")
+        return n
+
+    def step(self) -> int:
+        """Admits what has arrived, decodes one token for every running request; returns the
+        number of rows decoded (0 when nothing is left)."""
+        self.admit()
+        if not self.running:
+            return 0
+        batch = list(self.running)
+        logits = self.eng.decode([(r.sid, r.output[-1]) for r in batch])
+        temps = [r.temperature for r in batch]
+        toks = self.eng.sample(logits, temps if len(set(temps)) > 1 else temps[0])
+        for r, t in zip(batch, toks):
+            self._finish(r, t)
+        self.clock += 1
+        return len(batch)
+
+    def run(self) -> List[Request]:
+        while self.waiting or self.running:
+            self.step()
+        return self.finished
+
+
+@dataclass
+class Recorder:
+    """Decisions of a run, to replay them (teacher forcing) in another engine."""
+    items: list = field(default_factory=list)
+    replaying: bool = False
+    pos: int = 0
+
+    def add(self, x):
+        self.items.append(x)
+
+    def next(self):
+        x = self.items[self.pos]
+        self.pos += 1
+        return x
+
+    def replay(self) -> "Recorder":
+        return Recorder(self.items, True, 0)

@@ -1,0 +1,218 @@
+"""Paged KV cache manager: pages with refcounts, prefix sharing of full pages (block hash chain),
+fork with lazy copy-on-write of a shared partial last page, truncate, free on finish.
+
+Storage: ``k[layer]`` and ``v[layer]`` are ``[num_pages, page_size, kv_heads, head_dim]`` (the
+layout treeattn and FlashInfer read). Page 0 is a scratch page that is never handed out: padding
+rows of a CUDA-graph batch write and read there.
+
+Copy-on-write is deferred: :meth:`append` records (src slot, dst slot) pairs for the filled
+slots of a shared page and the engine applies them inside the forward, per layer, right after the
+step's new K/V are written (so a token written this step into the source page is copied too).
+
+A full page is immutable once registered in the hash table; it is shared by every sequence
+whose prompt has the same tokens up to the end of that page. Pages whose refcount drops to zero
+stay cached (LRU) while they carry a hash, and are evicted when the free list runs dry."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+
+@dataclass
+class Seq:
+    pages: List[int] = field(default_factory=list)
+    tokens: List[int] = field(default_factory=list)  # every token whose K/V is (to be) stored
+    hashes: List[int] = field(default_factory=list)  # block hash of each full page
+
+
+class KVCache:
+    def __init__(self, num_layers: int, num_pages: int, page_size: int, num_kv_heads: int,
+                 head_dim: int, dtype=torch.float32, device="cpu", allocate: bool = True):
+        if not 1 <= page_size <= 256:
+            raise ValueError(f"page_size: expected 1..256, got {page_size}")
+        if num_pages < 2:
+            raise ValueError(f"num_pages: expected >= 2, got {num_pages}")
+        self.page_size, self.num_pages = page_size, num_pages
+        shape = (num_layers, num_pages, page_size, num_kv_heads, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device) if allocate else None
+        self.v = torch.zeros(shape, dtype=dtype, device=device) if allocate else None
+        self.ref = [0] * num_pages
+        self.free: List[int] = list(range(num_pages - 1, 0, -1))  # page 0: scratch
+        self.cached: "OrderedDict[int, None]" = OrderedDict()  # refcount 0, still hashed (LRU)
+        self.page_hash: Dict[int, int] = {}  # page -> block hash (full, immutable pages)
+        self.hash_page: Dict[int, int] = {}  # block hash -> page
+        self.seqs: Dict[int, Seq] = {}
+        self.pending_copies: List[Tuple[int, int]] = []  # (src slot, dst slot)
+        self._copied_from: Dict[int, int] = {}  # dst slot -> src slot, this step
+        self.truncated = False  # since the last take_copies()
+        self._next_id = 0
+        self.stats = {"hit_tokens": 0, "cow_pages": 0, "evicted": 0}
+
+    # ---- pages
+
+    def _alloc(self) -> int:
+        if self.free:
+            p = self.free.pop()
+        elif self.cached:
+            p, _ = self.cached.popitem(last=False)
+            del self.hash_page[self.page_hash.pop(p)]
+            self.stats["evicted"] += 1
+        else:
+            raise MemoryError(f"KV cache: all {self.num_pages - 1} pages in use")
+        self.ref[p] = 1
+        return p
+
+    def _incref(self, p: int) -> None:
+        if self.ref[p] == 0:
+            self.cached.pop(p)
+        self.ref[p] += 1
+
+    def _decref(self, p: int) -> None:
+        self.ref[p] -= 1
+        assert self.ref[p] >= 0, f"page {p} refcount below zero"
+        if self.ref[p] == 0:
+            if p in self.page_hash:
+                self.cached[p] = None
+            else:
+                self.free.append(p)
+
+    @property
+    def pages_in_use(self) -> int:
+        return sum(1 for r in self.ref if r > 0)
+
+    def num_free(self) -> int:
+        return len(self.free) + len(self.cached)
+
+    # ---- sequences
+
+    def new_seq(self, prompt: Sequence[int]) -> Tuple[int, int]:
+        """A sequence for `prompt`, reusing cached full pages of its longest cached prefix (at
+        least one token is left to compute). Returns (seq id, cached tokens). Call append() for
+        each remaining prompt token (or append_many) before the prefill writes them."""
+        sid = self._next_id
+        self._next_id += 1
+        s = self.seqs[sid] = Seq()
+        P, h = self.page_size, 0
+        for i in range((len(prompt) - 1) // P):
+            h = hash((h, tuple(prompt[i * P:(i + 1) * P])))
+            p = self.hash_page.get(h)
+            if p is None:
+                break
+            self._incref(p)
+            s.pages.append(p)
+            s.hashes.append(h)
+            s.tokens.extend(prompt[i * P:(i + 1) * P])
+        self.stats["hit_tokens"] += len(s.tokens)
+        return sid, len(s.tokens)
+
+    def length(self, sid: int) -> int:
+        return len(self.seqs[sid].tokens)
+
+    def append(self, sid: int, token: int) -> int:
+        """Reserves the slot (page * page_size + offset) of the next token of `sid`. A full last
+        page gets a new page; a partial last page that is shared or hashed is copied first
+        (deferred copy of its filled slots)."""
+        s = self.seqs[sid]
+        P = self.page_size
+        n = len(s.tokens)
+        off = n % P
+        if off == 0:
+            s.pages.append(self._alloc())
+        else:
+            last = s.pages[-1]
+            if self.ref[last] > 1 or last in self.page_hash:
+                new = self._alloc()
+                for j in range(off):  # a slot copied earlier this step: read its source
+                    src = self._copied_from.get(last * P + j, last * P + j)
+                    self._copied_from[new * P + j] = src
+                    self.pending_copies.append((src, new * P + j))
+                self._decref(last)
+                s.pages[-1] = new
+                self.stats["cow_pages"] += 1
+        s.tokens.append(int(token))
+        if off == P - 1:  # page now full: register its hash (content written this step)
+            h = hash((s.hashes[-1] if s.hashes else 0, tuple(s.tokens[-P:])))
+            s.hashes.append(h)
+            p = s.pages[-1]
+            if h not in self.hash_page and self.ref[p] == 1:
+                self.hash_page[h] = p
+                self.page_hash[p] = h
+        return s.pages[-1] * P + off
+
+    def fork(self, sid: int, n: int = 1) -> List[int]:
+        """n new sequences sharing every page of `sid` (the partial last page is copied lazily
+        by the first append of whoever writes it while it is shared)."""
+        src = self.seqs[sid]
+        out = []
+        for _ in range(n):
+            nid = self._next_id
+            self._next_id += 1
+            self.seqs[nid] = Seq(list(src.pages), list(src.tokens), list(src.hashes))
+            for p in src.pages:
+                self._incref(p)
+            out.append(nid)
+        return out
+
+    def truncate(self, sid: int, length: int) -> None:
+        """Keeps the first `length` tokens (speculative decoding: drop rejected drafts)."""
+        s = self.seqs[sid]
+        P = self.page_size
+        keep = (length + P - 1) // P
+        for p in s.pages[keep:]:
+            self._decref(p)
+        del s.pages[keep:]
+        del s.tokens[length:]
+        del s.hashes[length // P:]
+        self.truncated = True
+
+    def free_seq(self, sid: int) -> None:
+        for p in self.seqs.pop(sid).pages:
+            self._decref(p)
+
+    def take_copies(self) -> List[Tuple[int, int]]:
+        c, self.pending_copies = self.pending_copies, []
+        self._copied_from = {}
+        self.truncated = False
+        return c
+
+    def apply_copies(self, copies: Sequence[Tuple[int, int]]) -> None:
+        """Runs copies now on every layer (prefill path; decode applies them per layer)."""
+        if not copies or self.k is None:
+            return
+        src = torch.tensor([a for a, _ in copies], device=self.k.device)
+        dst = torch.tensor([b for _, b in copies], device=self.k.device)
+        for c in (self.k, self.v):
+            flat = c.view(c.shape[0], -1, *c.shape[3:])
+            flat[:, dst] = flat[:, src]
+
+    def block_table(self, sid: int) -> List[int]:
+        return self.seqs[sid].pages
+
+    # ---- invariants (tests)
+
+    def check(self) -> None:
+        """Refcount of every page == number of sequences holding it; free, cached and used
+        pages are disjoint and cover every page but the scratch page; hashes are consistent;
+        no sequence holds a page twice."""
+        count = [0] * self.num_pages
+        for sid, s in self.seqs.items():
+            assert len(set(s.pages)) == len(s.pages), f"seq {sid} holds a page twice"
+            assert len(s.pages) == (len(s.tokens) + self.page_size - 1) // self.page_size
+            for p in s.pages:
+                count[p] += 1
+        assert count == self.ref, "refcounts differ from the sequences' page lists"
+        free, cached = set(self.free), set(self.cached)
+        used = {p for p in range(self.num_pages) if self.ref[p] > 0}
+        assert len(free) == len(self.free), "a page is twice on the free list"
+        assert not (free & cached) and not (free & used) and not (cached & used)
+        assert free | cached | used == set(range(1, self.num_pages)), "a page leaked"
+        assert 0 not in used | free | cached
+        for p, h in self.page_hash.items():
+            assert self.hash_page[h] == p
+        assert len(self.hash_page) == len(self.page_hash)
+        for p in cached:
+            assert p in self.page_hash

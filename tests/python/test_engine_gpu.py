@@ -1,0 +1,93 @@
+"""GPU tests of treeattn.engine (marked gpu; skipped without torch + CUDA + a CUDA build): every
+workload W0-W6 with the CUDA backends (treeattn, treeattn-query, flashinfer when importable, sdpa)
+under CUDA graphs, teacher-forced against the fp32 sdpa path; graphs vs eager; a branch alone vs
+inside its tree. The model has the Llama-3-8B attention shape (32/8 heads, head_dim 128) with
+few layers and a small vocabulary so the suite stays short."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import treeattn  # noqa: E402
+from treeattn.engine import Engine, Model, ModelConfig, Recorder, workloads  # noqa: E402
+from treeattn.engine.backends import available  # noqa: E402
+from treeattn.engine.check import kl_rows, teacher_forced_kl  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.skipif(not treeattn.built_with_cuda, reason="treeattn built without CUDA"),
+]
+KL_MAX = 1e-3
+# a bit larger than the CPU sizes: several pages per request, real sharing
+SIZES = {
+    "W0": dict(n=6, prompt=100, new=12),
+    "W1": dict(n=16, prompt=300, new=20),
+    "W2": dict(n=8, system=200, suffix=9, new=10),
+    "W3": dict(prompt=150, branch=3, every=4, keep=3, new=14),
+    "W4": dict(prompt=120, width=6, new=10),
+    "W5": dict(requests=12, systems=2, system=130, suffix=7, rate=0.8, new=8),
+    "W6": dict(requests=3, prompt=90, branches=3, depth=5, new=16),
+}
+
+
+@pytest.fixture(scope="module")
+def model():
+    cfg = ModelConfig.preset("llama3-8b", num_layers=2, vocab_size=4096, hidden_size=1024,
+                             intermediate_size=2048)
+    return Model.random(cfg, dtype=torch.bfloat16, device="cuda", seed=7)
+
+
+@pytest.fixture(scope="module")
+def ref_model(model):
+    return model.to(torch.float32)
+
+
+@pytest.mark.parametrize("wl", workloads.WORKLOADS)
+@pytest.mark.parametrize("backend", ["treeattn", "treeattn-query", "flashinfer", "sdpa"])
+def test_workload_kl_cuda_graphs(model, ref_model, wl, backend):
+    why = available(backend, torch.device("cuda"))
+    if why:
+        pytest.skip(why)
+    kls = teacher_forced_kl(model, wl, SIZES[wl], backend, ref_model=ref_model, page_size=16,
+                            cuda_graphs=True)
+    assert max(kls) < KL_MAX, f"{wl} {backend}: {kls}"
+
+
+@pytest.mark.parametrize("backend", ["treeattn", "sdpa"])
+def test_graphs_match_eager(model, backend):
+    out = {}
+    rec = Recorder()
+    for graphs in (False, True):  # the graph run replays the eager run's decisions
+        eng = Engine(model, backend, max_tokens=8192, cuda_graphs=graphs, seed=3)
+        eng.recorder = rec if not graphs else rec.replay()
+        logs = []
+        eng.on_logits = lambda kind, lg: logs.append(lg.float().cpu())
+        workloads.run(eng, "W3", SIZES["W3"], temperature=0.0)
+        out[graphs] = logs
+        if graphs:
+            assert any(s.captured for s in eng.steps)
+    assert len(out[False]) == len(out[True])
+    for a, b in zip(out[False], out[True]):
+        assert float(kl_rows(a, b).max()) < KL_MAX
+
+
+def test_branch_alone_equals_branch_in_tree_gpu(model):
+    prompt = list(range(5, 400))
+    eng = Engine(model, "treeattn", max_tokens=8192, seed=5)
+    sid, lg = eng.prefill(prompt)
+    seqs = [sid] + eng.fork(sid, 7)
+    toks = eng.sample(lg[None].expand(8, -1), 1.0)
+    stream, in_tree = [], []
+    for _ in range(12):
+        o = eng.decode(list(zip(seqs, toks)))
+        stream.append(toks[5])
+        in_tree.append(o[5].float().cpu())
+        toks = eng.sample(o, 1.0)
+    alone = Engine(model, "treeattn", max_tokens=8192)
+    s, _ = alone.prefill(prompt)
+    for t, want in zip(stream, in_tree):
+        got = alone.decode([(s, t)])[0].float().cpu()
+        assert float(kl_rows(want[None], got[None])) < KL_MAX
