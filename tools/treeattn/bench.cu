@@ -9,7 +9,7 @@
 // paths whose K/V values the host recomputes from the same hash), then >= 50 timed runs, each
 // after an L2 flush (cudaMemsetAsync over >= 2x L2, outside the events), CUDA events around
 // run_decode only, median. Floor = max(bytes_min / hbm, flops_min / tc) as in
-// ../shared/baselines/h200.md. Baseline: the `query` planner (FlashDecoding-style split-KV)
+// bench/NOTES.md ("The two numbers"). Baseline: the `query` planner (FlashDecoding-style split-KV)
 // through the same kernel, timed the same way, on every line.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -31,6 +31,7 @@
 #include "commands.h"
 #include "inputs.h"
 #include "treeattn/common/half.h"
+#include "treeattn/cpu/compare.h"
 #include "treeattn/cpu/reference.h"
 #include "treeattn/kernels/decode.h"
 #include "treeattn/plan/planner.h"
@@ -271,21 +272,18 @@ RefSample reference_sample(const Problem& pb, uint64_t seed, bool bf16) {
   return rs;
 }
 
-/// max|out - ref| / max|ref| of the GPU output (host copy) over the sampled queries.
-double compare_sample(const Problem& pb, const RefSample& rs, const std::vector<uint16_t>& out,
-                      bool bf16, bool* nan_seen) {
+/// The GPU output (host copy) of the sampled queries against the oracle (compare_to_oracle).
+OracleComparison compare_sample(const Problem& pb, const RefSample& rs,
+                                const std::vector<uint16_t>& out, bool bf16) {
   const int64_t HD = static_cast<int64_t>(pb.num_qo_heads) * pb.head_dim;
-  double max_err = 0, max_ref = 0;
+  std::vector<float> got(rs.queries.size() * HD);
   for (size_t i = 0; i < rs.queries.size(); ++i)
     for (int64_t e = 0; e < HD; ++e) {
       const uint16_t b = out[static_cast<size_t>(rs.queries[i]) * HD + e];
-      const double g = bf16 ? bf16_bits_to_float(b) : half_bits_to_float(b);
-      const double r = rs.out[i * HD + e];
-      if (std::isnan(g)) *nan_seen = true;
-      max_err = std::max(max_err, std::fabs(g - r));
-      max_ref = std::max(max_ref, std::fabs(r));
+      got[i * HD + e] = bf16 ? bf16_bits_to_float(b) : half_bits_to_float(b);
     }
-  return max_ref > 0 ? max_err / max_ref : max_err;
+  return compare_to_oracle(rs.out.data(), got.data(), static_cast<int64_t>(got.size()),
+                           bf16 ? OutputDtype::kBf16 : OutputDtype::kFp16);
 }
 
 struct Timer {
@@ -296,7 +294,8 @@ struct Timer {
 };
 
 /// Plans, uploads, checks once and times `runs` runs. Throws on CUDA errors; returns false (and
-/// prints a note) if the planner throws.
+/// counts a failure) if the planner throws.
+int g_planner_failures = 0;
 /// The planners' view of this GPU: the preset matching its name, with the SM count and the two
 /// ceilings measured in this process (set in bench_command before any planning).
 DeviceInfo g_device = device_preset("h200");
@@ -314,7 +313,9 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   try {
     plan = make_plan(pb.tree, opts);
   } catch (const std::exception& e) {
-    std::printf("  [skip] planner %s: %s\n", planner.c_str(), e.what());
+    std::printf("  !!!! PLANNER FAILED: %s planner=%s: %s\n", pb.name.c_str(), planner.c_str(),
+                e.what());
+    ++g_planner_failures;
     return false;
   }
   const PlanLayout layout = plan_layout(plan);
@@ -348,12 +349,12 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   BENCH_CUDA(cudaStreamSynchronize(tm.stream));
   std::vector<uint16_t> out(nq * H * D);
   BENCH_CUDA(cudaMemcpy(out.data(), in.out, out.size() * 2, cudaMemcpyDeviceToHost));
-  bool nan_seen = false;
-  res->max_rel_err = compare_sample(pb, ref, out, bf16, &nan_seen);
-  res->check_ok = !nan_seen && res->max_rel_err <= (bf16 ? 1e-2 : 2e-3);
+  const OracleComparison cmp = compare_sample(pb, ref, out, bf16);
+  res->max_rel_err = cmp.max_rel_err;
+  res->check_ok = cmp.pass;
   if (!res->check_ok)
     std::printf("  !!!! CHECK FAILED: %s planner=%s max_rel_err=%.3g%s\n", pb.name.c_str(),
-                planner.c_str(), res->max_rel_err, nan_seen ? " (NaN)" : "");
+                planner.c_str(), res->max_rel_err, cmp.nan ? " (NaN)" : "");
   // timed runs
   std::vector<double> ms;
   for (int r = 0; r < runs + 3; ++r) {
@@ -539,6 +540,8 @@ int bench_command(int argc, char** argv) {
                 100 * std::exp(s / lines.size()), lines.size());
   }
   if (failures) std::printf("!!!! %d CHECK FAILURES\n", failures);
+  if (g_planner_failures) std::printf("!!!! %d PLANNER FAILURES\n", g_planner_failures);
+  failures += g_planner_failures;
 
   if (a.has("json")) {
     FILE* f = std::fopen(a.str("json").c_str(), "w");

@@ -1,4 +1,5 @@
-// GPU test helpers (see gpu_test_util.h). The error bound follows ../shared/STYLE.md: the kernel
+// GPU test helpers (see gpu_test_util.h). The error bound is the usual one for attention kernels
+// (FlashAttention's tests): the kernel
 // passes iff max |gpu - ref| <= 2 * max |naive - ref| + 1e-3 over every checked element, where
 // ref is the float64 oracle and naive is a same-precision implementation on the CPU (fp32 dot
 // products and softmax, P rounded to the dtype before P.V, fp32 accumulation, output rounded to
