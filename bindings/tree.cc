@@ -58,6 +58,8 @@ PrefixTree from_block_tables_array(const AnyArray& bt, const AnyArray& lens, int
   for (int64_t r = 0; r < rows; ++r) {
     seq_lens[r] = int_at(lens, r * lens.stride(0));
     TA_CHECK_ARG(seq_lens[r] >= 0, "seq_lens", "entry ", r, " is negative: ", seq_lens[r]);
+    TA_CHECK_ARG(seq_lens[r] <= INT32_MAX, "seq_lens", "entry ", r, " is ", seq_lens[r],
+                 ", above 2^31-1 tokens");
     const int64_t need = (seq_lens[r] + page_size - 1) / page_size;
     TA_CHECK_ARG(need <= cols, "block_tables", "row ", r, " has ", cols, " pages, seq_lens[", r,
                  "] = ", seq_lens[r], " needs ", need);
@@ -103,7 +105,7 @@ nb::dict workload_dict(const Workload& w, size_t index) {
 }  // namespace
 
 void register_tree(nb::module_& m) {
-  nb::class_<PrefixTree>(m, "PrefixTree",
+  nb::class_<PrefixTree>(m, "PrefixTree", nb::is_weak_referenceable(),
                          "A forest of nodes over paged KV plus the decode queries attached to "
                          "them. Query q attends every token on the path root -> its node; it is "
                          "row q of decode()'s q tensor. Build it with a from_* method.")
@@ -169,6 +171,10 @@ void register_tree(nb::module_& m) {
           "__deepcopy__", [](const PrefixTree& t, nb::handle) { return PrefixTree(t); },
           nb::arg("memo"))
       .def_prop_ro("num_queries", &PrefixTree::num_queries)
+      .def_prop_ro(
+          "version", [](const PrefixTree& t) { return t.version; },
+          "Incremented by every update (append_tokens, add_query, remove_query, fork_query); "
+          "a plan records it (Plan.tree_version) and decode() refuses a plan of an older one.")
       .def_prop_ro(
           "num_nodes", [](const PrefixTree& t) { return t.nodes.size(); },
           "Node slots, dead ones included (see node()['alive']).")

@@ -22,6 +22,7 @@
 // LPT. Only the winner is built as a full Plan.
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "planner_util.h"
@@ -201,6 +202,7 @@ class AutoPlanner {
                                           "query", "node-chunk", "flatten"};
     std::vector<const PlannerEntry*> others;
     for (const char* name : kOthers) {
+      if (name == std::string("flatten") && !flatten_fits(tree_, index_, opts_)) continue;
       others.push_back(find_planner(name));
       PlanBuilder b(tree_, opts_, name, PlanBuilder::Mode::kCostOnly);
       others.back()->fn(tree_, index_, opts_, &b);

@@ -3,8 +3,9 @@
 //   2. the float32 CPU executor against the float64 oracle on fresh random fp16 (bf16 where the
 //      workload says so) inputs, on a sample of queries.
 // Error measure: max |out - ref| / max |ref| over every checked element (also |lse - ref_lse|,
-// absolute); PASS when both are <= kTolerance = 2e-3 and nothing is NaN. The measure is global,
-// not per element, because outputs are averages of many V rows and single elements can be ~0.
+// absolute); PASS when both are <= the tolerance (--tolerance, default 2e-3) and nothing is NaN.
+// The measure is global, not per element, because outputs are averages of many V rows and single
+// elements can be ~0.
 //
 // Cost bounding (so `check --workloads all --planner all` runs in about a minute on 2 cores):
 // the sample defaults to all queries when there are <= 64, else 64 random ones (--sample-queries
@@ -15,6 +16,10 @@
 // heads are independent in both executor and oracle and the plan does not depend on head data,
 // so checking a head subset checks the plan's structure fully; the executor and oracle then run
 // on a plan copy whose shape says num_kv_heads = checked heads, num_qo_heads = group x that.
+// Random K/V exist only for the pages the tree uses: the tree is checked with its used page ids
+// renumbered densely in increasing order (compact_pages), so a large declared num_pages costs
+// nothing. Every line says how many queries and KV heads it compared; --json FILE writes the
+// results as JSON ('-' = stdout).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +30,7 @@
 #include <vector>
 
 #include "args.h"
+#include "cli_util.h"
 #include "commands.h"
 #include "inputs.h"
 #include "treeattn/cpu/reference.h"
@@ -33,7 +39,7 @@
 namespace treeattn::cli {
 namespace {
 
-constexpr double kTolerance = 2e-3;
+constexpr double kDefaultTolerance = 2e-3;
 constexpr double kWorkBudget = 4e7;   // oracle multiply-adds per q.k pass, ~0.1 s
 constexpr double kInputBudget = 4e6;  // K elements generated (num_pages x P x heads x head_dim)
 
@@ -70,6 +76,22 @@ Sample choose_sample(const Problem& p, int64_t requested, bool explicit_k, uint6
   return s;
 }
 
+/// The tree with its used page ids renumbered 0.. in increasing order (same layout otherwise).
+PrefixTree compact_pages(const PrefixTree& tree) {
+  std::vector<int32_t> ids;
+  for (const TreeNode& nd : tree.nodes)
+    if (nd.alive) ids.insert(ids.end(), nd.pages.begin(), nd.pages.end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  PrefixTree out = tree;
+  for (TreeNode& nd : out.nodes)
+    for (int32_t& p : nd.pages)
+      p = static_cast<int32_t>(std::lower_bound(ids.begin(), ids.end(), p) - ids.begin());
+  out.num_pages = static_cast<int32_t>(ids.size());
+  out.free_pages.clear();
+  return out;
+}
+
 }  // namespace
 
 int check_command(int argc, char** argv) {
@@ -77,6 +99,9 @@ int check_command(int argc, char** argv) {
   flags.push_back({"planner", true, "planner name or 'all' (default all)"});
   flags.push_back({"sample-queries", true, "queries checked against float64 (0 = all)"});
   flags.push_back({"device", true, "device the planners target: a100, h100, h200 (default)"});
+  flags.push_back({"tolerance", true, "PASS bound on both error measures (default 2e-3)"});
+  flags.push_back(
+      {"json", true, "write the results as JSON to FILE (bare --json or '-': stdout)", true});
   const Args a(argc, argv, 2, flags);
   if (a.help()) {
     std::printf("%s", a.usage("check").c_str());
@@ -87,6 +112,8 @@ int check_command(int argc, char** argv) {
   const int64_t requested = a.integer("sample-queries", 64, 0, 1 << 24);
   const bool explicit_k = a.has("sample-queries");
   const uint64_t seed = a.u64("seed", 0);
+  const double tolerance = a.real("tolerance", kDefaultTolerance, 0.0, 1e9);
+  JsonOut json(a.str("json"), "check");
   DeviceInfo dev;
   try {
     dev = device_preset(a.str("device", "h200"));
@@ -96,7 +123,12 @@ int check_command(int argc, char** argv) {
   const std::vector<Problem> problems = load_problems(a, true);
 
   int total = 0, passed = 0;
-  for (const Problem& p : problems) {
+  int64_t compared_queries = 0, compared_heads = 0;
+  json.text() << "{\"command\": \"check\", \"device\": \"" << dev.name
+              << "\", \"tolerance\": " << json_number(tolerance) << ", \"results\": [";
+  for (const Problem& given : problems) {
+    Problem p = given;
+    p.tree = compact_pages(given.tree);
     const int32_t nq = p.tree.num_queries();
     const Sample s = choose_sample(p, requested, explicit_k, seed);
     const int32_t group = p.num_qo_heads / p.num_kv_heads;
@@ -124,6 +156,7 @@ int check_command(int argc, char** argv) {
     for (const std::string& name : planners) {
       ++total;
       std::string verdict, detail;
+      double rel = NAN, max_lse_err = NAN;
       try {
         if (!inputs_ok) throw std::runtime_error("inputs: " + input_error);
         PlanOptions opts;
@@ -133,14 +166,15 @@ int check_command(int argc, char** argv) {
         opts.head_dim = p.head_dim;
         opts.dtype_bytes = 2;
         opts.device = dev;
-        const Plan plan = make_plan(p.tree, opts);
+        const Plan plan = planned(p.tree, opts, "check", p.name);
         check_coverage(p.tree, plan);
         Plan sub = plan;  // same items, restricted to the checked KV heads (see file comment)
         sub.shape.num_kv_heads = in.num_kv_heads;
         sub.shape.num_qo_heads = in.num_qo_heads;
         std::vector<float> out(ref.size(), NAN), lse(ref_lse.size(), NAN);
         execute_plan_cpu(sub, in, s.queries, out.data(), lse.data());
-        double max_ref = 0, max_err = 0, max_lse_err = 0;
+        double max_ref = 0, max_err = 0;
+        max_lse_err = 0;
         bool nan = false;
         const int64_t row = static_cast<int64_t>(in.num_qo_heads) * p.head_dim;
         for (const int32_t q : s.queries) {
@@ -155,8 +189,10 @@ int check_command(int argc, char** argv) {
             max_lse_err = std::max(max_lse_err, std::fabs(lse[i] - ref_lse[i]));
           }
         }
-        const double rel = max_ref > 0 ? max_err / max_ref : max_err;
-        const bool ok = !nan && rel <= kTolerance && max_lse_err <= kTolerance;
+        rel = max_ref > 0 ? max_err / max_ref : max_err;
+        const bool ok = !nan && rel <= tolerance && max_lse_err <= tolerance;
+        compared_queries += static_cast<int64_t>(s.queries.size());
+        compared_heads += static_cast<int64_t>(s.queries.size()) * s.kv_heads;
         char buf[160];
         std::snprintf(
             buf, sizeof(buf), "max_rel_err %.2e  lse_err %.2e%s  (queries %zu/%d, kv heads %d/%d)",
@@ -168,13 +204,28 @@ int check_command(int argc, char** argv) {
         detail = std::string("error: ") + e.what();
       }
       passed += verdict == "PASS";
-      std::printf("%s  %-10s  %s  %s\n", verdict.c_str(), name.c_str(), label.c_str(),
-                  detail.c_str());
-      std::fflush(stdout);
+      json.text() << (total > 1 ? ", " : "") << "{\"workload\": \"" << json_escape(p.name)
+                  << "\", \"set\": \"" << json_escape(p.set) << "\", \"planner\": \"" << name
+                  << "\", \"pass\": " << (verdict == "PASS" ? "true" : "false")
+                  << ", \"max_rel_err\": " << json_number(rel)
+                  << ", \"lse_err\": " << json_number(max_lse_err)
+                  << ", \"queries_compared\": " << s.queries.size() << ", \"queries\": " << nq
+                  << ", \"kv_heads_compared\": " << s.kv_heads
+                  << ", \"kv_heads\": " << p.num_kv_heads << ", \"detail\": \""
+                  << json_escape(detail) << "\"}";
+      std::fprintf(json.human(), "%s  %-10s  %s  %s\n", verdict.c_str(), name.c_str(),
+                   label.c_str(), detail.c_str());
+      std::fflush(json.human());
     }
   }
-  std::printf("%d/%d passed (tolerance %.0e on max|out-ref|/max|ref| and on |lse-ref|)\n", passed,
-              total, kTolerance);
+  json.text() << "], \"passed\": " << passed << ", \"total\": " << total << "}\n";
+  json.write();
+  std::fprintf(
+      json.human(),
+      "%d/%d passed (tolerance %.3g on max|out-ref|/max|ref| and on |lse-ref|; compared %lld "
+      "queries, %lld query x KV-head pairs, in all)\n",
+      passed, total, tolerance, static_cast<long long>(compared_queries),
+      static_cast<long long>(compared_heads));
   return passed == total ? 0 : 1;
 }
 
