@@ -74,6 +74,19 @@ PrefixTree from_block_tables_array(const AnyArray& bt, const AnyArray& lens, int
   return tree_from_block_tables(tables, seq_lens, page_size, num_pages);
 }
 
+/// Sets one field and validates the tree, restoring the old value when validation fails.
+template <typename T>
+void set_checked(PrefixTree& t, T PrefixTree::*field, const T& value) {
+  T old = t.*field;
+  t.*field = value;
+  try {
+    validate(t);
+  } catch (...) {
+    t.*field = std::move(old);
+    throw;
+  }
+}
+
 nb::dict node_dict(const PrefixTree& t, int32_t i) {
   TA_CHECK_ARG(i >= 0 && i < static_cast<int32_t>(t.nodes.size()), "node", "index ", i,
                " out of range [0, ", t.nodes.size(), ")");
@@ -184,9 +197,15 @@ void register_tree(nb::module_& m) {
                                           [](const TreeNode& n) { return n.alive; });
                    })
       .def_prop_ro("page_size", [](const PrefixTree& t) { return t.page_size; })
-      .def_rw("num_pages", &PrefixTree::num_pages, "Page ids must lie in [0, num_pages).")
-      .def_rw("free_pages", &PrefixTree::free_pages,
-              "Pool the updates take new pages from when none are passed.")
+      .def_rw("num_pages", &PrefixTree::num_pages,
+              "Page ids must lie in [0, num_pages) (set it before free_pages).")
+      .def_prop_rw(
+          "free_pages", [](const PrefixTree& t) { return t.free_pages; },
+          [](PrefixTree& t, const std::vector<int32_t>& v) {
+            set_checked(t, &PrefixTree::free_pages, v);
+          },
+          "Pool the updates take new pages from when none are passed; setting it validates the "
+          "tree (each page in range, listed once, not in use).")
       .def_prop_ro(
           "query_node", [](const PrefixTree& t) { return t.query_node; },
           "Node index of every query.")

@@ -85,13 +85,15 @@ def test_free_pages_checked():
     t = treeattn.PrefixTree.from_block_tables([[0, 1], [0, 2]], [20, 20], page_size=16,
                                               num_pages=8)
     for free, what in (([5, 5], "is listed twice"), ([1], "is in use"), ([8], "out of range")):
-        t.free_pages = free
         with pytest.raises(ValueError, match=r"free_pages\[\d\]: page id \d+ " + what):
-            t.validate()
-        with pytest.raises(ValueError, match="free_pages"):
-            treeattn.plan(t, 8, 2, 64)
+            t.free_pages = free  # checked when set
+        assert t.free_pages == []  # unchanged
     t.free_pages = [3, 4]
     t.validate()
+    json_tree = ('{"page_size": 16, "num_pages": 4, "free_pages": [1], "nodes": [{"id": 0, '
+                 '"parent": null, "tokens": 16, "pages": [1]}], "queries": [{"node": 0}]}')
+    with pytest.raises(ValueError, match=r"free_pages\[0\]: page id 1 is in use"):
+        treeattn.PrefixTree.from_json_str(json_tree)
 
 
 def test_append_tokens_refuses_pages_in_use():
