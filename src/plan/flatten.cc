@@ -128,9 +128,18 @@ class Flattener {
 }  // namespace
 
 bool flatten_fits(const PrefixTree& tree, const PlanIndex& index, const PlanOptions& opts) {
+  const int64_t total = used_tokens(tree, index);
+  const int32_t block = even_block_tokens(total, opts);
+  // Quick bound: slices <= used nodes + blocks (a block edge cuts one node), chunks per block
+  // <= all queries / the smaller chunk size. Only trees failing it are walked and counted.
+  int64_t slices = cdiv(total, block) + 1;
+  for (const int32_t v : index.preorder) slices += !index.queries_below(v).empty();
+  const int32_t cap = std::min(max_queries_per_item(opts, true), max_queries_per_item(opts, false));
+  if (slices * cdiv(static_cast<int64_t>(tree.num_queries()), cap) <= kMaxFlattenRanges)
+    return true;
   Flattener f(tree, index, opts, nullptr);
   f.count_only(kMaxFlattenRanges);
-  f.flatten(even_block_tokens(used_tokens(tree, index), opts));
+  f.flatten(block);
   return f.ranges() <= kMaxFlattenRanges;
 }
 
