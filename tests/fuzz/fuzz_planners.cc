@@ -123,7 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int64_t work = 0;
     for (int32_t q = 0; q < tree.num_queries(); ++q) work += query_context(tree, q);
     const int32_t group = opts.num_qo_heads / opts.num_kv_heads;
-    if (work * group * opts.head_dim > 4000000) continue;
+    if (work * group * opts.head_dim > 300000) continue;  // keeps each input well under a second
     Plan sub = plan;
     sub.shape.num_kv_heads = 1;
     sub.shape.num_qo_heads = group;
