@@ -140,6 +140,14 @@ void PyPlan::to_device(int32_t device, uintptr_t stream) {
     return;
   }
   TA_CHECK_ARG(device >= 0, "device", "expected a CUDA device index >= 0, got ", device);
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the sticky error of a missing driver
+    throw std::runtime_error(std::string("device: no GPU (CUDA reports: ") +
+                             (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")");
+  }
+  TA_CHECK_ARG(device < count, "device", "cuda:", device, " does not exist (", count, " GPU(s))");
   {
     DeviceGuard guard(device);
     cuda_check(
@@ -151,7 +159,8 @@ void PyPlan::to_device(int32_t device, uintptr_t stream) {
 #else
   (void)device;
   (void)stream;
-  throw std::runtime_error("treeattn was built without CUDA (nvcc not found at build time)");
+  throw std::runtime_error(
+      "device: no GPU support: treeattn was built without CUDA (nvcc not found at build time)");
 #endif
 }
 
@@ -170,6 +179,13 @@ bool PyPlan::fits(const PyPlan& other) const {
 
 void PyPlan::update(const PyPlan& other, uintptr_t stream) {
   if (&other == this) return;
+  const PlanShape &a = plan.shape, &b = other.plan.shape;
+  TA_CHECK_ARG(a.num_qo_heads == b.num_qo_heads && a.num_kv_heads == b.num_kv_heads &&
+                   a.head_dim == b.head_dim && a.page_size == b.page_size,
+               "plan", "the new plan is for heads ", b.num_qo_heads, "/", b.num_kv_heads,
+               ", head_dim ", b.head_dim, ", page_size ", b.page_size, "; this plan is for ",
+               a.num_qo_heads, "/", a.num_kv_heads, ", ", a.head_dim, ", ", a.page_size,
+               " (update() keeps the shape: make a new plan instead)");
   if (workspace != nullptr) {
     TA_CHECK_ARG(fits(other), "plan",
                  "the new plan does not fit this plan's device layout (different heads/head_dim/"
@@ -194,6 +210,9 @@ void register_plan(nb::module_& m) {
            nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("device_info"), nb::arg("headroom"))
       .def_prop_ro("planner", [](const PyPlan& p) { return p.plan.planner; })
       .def_prop_ro("version", [](const PyPlan& p) { return p.plan.version; })
+      .def_prop_ro(
+          "tree_version", [](const PyPlan& p) { return p.plan.tree_version; },
+          "PrefixTree.version of the tree the plan was made from.")
       .def_prop_ro("num_queries", [](const PyPlan& p) { return p.plan.shape.num_queries; })
       .def_prop_ro("num_qo_heads", [](const PyPlan& p) { return p.plan.shape.num_qo_heads; })
       .def_prop_ro("num_kv_heads", [](const PyPlan& p) { return p.plan.shape.num_kv_heads; })

@@ -58,6 +58,8 @@ PrefixTree from_block_tables_array(const AnyArray& bt, const AnyArray& lens, int
   for (int64_t r = 0; r < rows; ++r) {
     seq_lens[r] = int_at(lens, r * lens.stride(0));
     TA_CHECK_ARG(seq_lens[r] >= 0, "seq_lens", "entry ", r, " is negative: ", seq_lens[r]);
+    TA_CHECK_ARG(seq_lens[r] <= INT32_MAX, "seq_lens", "entry ", r, " is ", seq_lens[r],
+                 ", above 2^31-1 tokens");
     const int64_t need = (seq_lens[r] + page_size - 1) / page_size;
     TA_CHECK_ARG(need <= cols, "block_tables", "row ", r, " has ", cols, " pages, seq_lens[", r,
                  "] = ", seq_lens[r], " needs ", need);
@@ -70,6 +72,19 @@ PrefixTree from_block_tables_array(const AnyArray& bt, const AnyArray& lens, int
     }
   }
   return tree_from_block_tables(tables, seq_lens, page_size, num_pages);
+}
+
+/// Sets one field and validates the tree, restoring the old value when validation fails.
+template <typename T>
+void set_checked(PrefixTree& t, T PrefixTree::*field, const T& value) {
+  T old = t.*field;
+  t.*field = value;
+  try {
+    validate(t);
+  } catch (...) {
+    t.*field = std::move(old);
+    throw;
+  }
 }
 
 nb::dict node_dict(const PrefixTree& t, int32_t i) {
@@ -103,7 +118,7 @@ nb::dict workload_dict(const Workload& w, size_t index) {
 }  // namespace
 
 void register_tree(nb::module_& m) {
-  nb::class_<PrefixTree>(m, "PrefixTree",
+  nb::class_<PrefixTree>(m, "PrefixTree", nb::is_weak_referenceable(),
                          "A forest of nodes over paged KV plus the decode queries attached to "
                          "them. Query q attends every token on the path root -> its node; it is "
                          "row q of decode()'s q tensor. Build it with a from_* method.")
@@ -170,6 +185,10 @@ void register_tree(nb::module_& m) {
           nb::arg("memo"))
       .def_prop_ro("num_queries", &PrefixTree::num_queries)
       .def_prop_ro(
+          "version", [](const PrefixTree& t) { return t.version; },
+          "Incremented by every update (append_tokens, add_query, remove_query, fork_query); "
+          "a plan records it (Plan.tree_version) and decode() refuses a plan of an older one.")
+      .def_prop_ro(
           "num_nodes", [](const PrefixTree& t) { return t.nodes.size(); },
           "Node slots, dead ones included (see node()['alive']).")
       .def_prop_ro("num_live_nodes",
@@ -178,9 +197,15 @@ void register_tree(nb::module_& m) {
                                           [](const TreeNode& n) { return n.alive; });
                    })
       .def_prop_ro("page_size", [](const PrefixTree& t) { return t.page_size; })
-      .def_rw("num_pages", &PrefixTree::num_pages, "Page ids must lie in [0, num_pages).")
-      .def_rw("free_pages", &PrefixTree::free_pages,
-              "Pool the updates take new pages from when none are passed.")
+      .def_rw("num_pages", &PrefixTree::num_pages,
+              "Page ids must lie in [0, num_pages) (set it before free_pages).")
+      .def_prop_rw(
+          "free_pages", [](const PrefixTree& t) { return t.free_pages; },
+          [](PrefixTree& t, const std::vector<int32_t>& v) {
+            set_checked(t, &PrefixTree::free_pages, v);
+          },
+          "Pool the updates take new pages from when none are passed; setting it validates the "
+          "tree (each page in range, listed once, not in use).")
       .def_prop_ro(
           "query_node", [](const PrefixTree& t) { return t.query_node; },
           "Node index of every query.")

@@ -58,6 +58,68 @@ bad "--planner" "$CLI" check --levels 'N=1,4 C=100,20' --planner nope
 bad "--workload" "$CLI" plan --workload nosuchset:3
 bad "--seed" "$CLI" check --levels 'N=1,4 C=100,20' --seed -1
 bad "--tree" "$CLI" plan
+
+# ---- issue 11: limits, page ownership, exit codes, CLI output options
+ok "version" "$CLI" --version
+grep -q "^treeattn [0-9]" "$TMP/out" || { echo "FAIL: --version"; failures=$((failures + 1)); }
+bad "is a directory" "$CLI" plan --tree "$TMP"
+bad "kMaxJsonFileBytes" "$CLI" plan --tree /dev/zero --planner node
+jtree() {  # jtree <file> <nodes json> [extra top-level json]: a page_size 16 tree, query on node 0
+  printf '{"page_size": 16, "nodes": [%s], "queries": [{"node": 0}]%s}\n' "$2" "${3:-}" > "$1"
+}
+jtree "$TMP/p11.json" '{"id": 0, "parent": null, "tokens": 32, "pages": [1, 1]}'
+bad "nodes\[0\].pages\[1\]: page 1 slot 0 is also used by nodes\[0\].pages\[0\]" \
+  "$CLI" plan --tree "$TMP/p11.json" --planner node
+jtree "$TMP/reuse.json" '{"id": 0, "parent": null, "tokens": 16, "pages": [0]},
+  {"id": 1, "parent": 0, "tokens": 20, "pages": [0, 1]}'
+bad "nodes\[1\].pages\[0\]: page 0 slot 0 is also used by nodes\[0\]" \
+  "$CLI" plan --tree "$TMP/reuse.json" --planner node
+jtree "$TMP/free_dup.json" '{"id": 0, "parent": null, "tokens": 16, "pages": [0]}' \
+  ', "num_pages": 8, "free_pages": [3, 3]'
+bad "free_pages\[1\]: page id 3 is listed twice" "$CLI" plan --tree "$TMP/free_dup.json"
+jtree "$TMP/free_used.json" '{"id": 0, "parent": null, "tokens": 16, "pages": [0]}' \
+  ', "num_pages": 8, "free_pages": [0]'
+bad "free_pages\[0\]: page id 0 is in use" "$CLI" plan --tree "$TMP/free_used.json"
+jtree "$TMP/free_range.json" '{"id": 0, "parent": null, "tokens": 16, "pages": [0]}' \
+  ', "num_pages": 8, "free_pages": [9]'
+bad "free_pages\[0\]: page id 9 out of range" "$CLI" plan --tree "$TMP/free_range.json"
+# check generates K/V only for used pages: 2^31-1 declared pages on a 16-token tree
+jtree "$TMP/many_pages.json" '{"id": 0, "parent": null, "tokens": 16, "pages": [5]}' \
+  ', "num_pages": 2147483647'
+ok "check num_pages 2^31-1" "$CLI" check --tree "$TMP/many_pages.json" --planner node
+# path-depth sum over the limit: a chain of 4096 one-token nodes with 8193 queries on its leaf
+{
+  printf '{"page_size": 16, "nodes": [{"id": 0, "parent": null, "tokens": 1}'
+  for i in $(seq 1 4095); do printf ', {"id": %d, "parent": %d, "tokens": 1}' "$i" $((i - 1)); done
+  printf '], "queries": ['
+  for i in $(seq 1 8193); do printf '%s{"node": 4095}' "$([ "$i" -gt 1 ] && echo ', ')"; done
+  printf ']}\n'
+} > "$TMP/deep.json"
+bad "kMaxPathDepthSum" "$CLI" plan --tree "$TMP/deep.json" --planner node
+# flatten's ranges are bounded; auto leaves flatten out; --planner all exits 1 when one fails
+bad "kMaxFlattenRanges" "$CLI" plan --levels 'N=1,131072 C=1,1' --planner flatten
+ok "auto without flatten" "$CLI" plan --levels 'N=1,131072 C=1,1' --planner auto
+cat > "$TMP/dim96.json" <<'JSON'
+{"page_size": 16, "heads": [8, 2], "head_dim": 96,
+ "nodes": [{"id": 0, "parent": null, "tokens": 20}], "queries": [{"node": 0}]}
+JSON
+bad "planner run" "$CLI" plan --tree "$TMP/dim96.json" --planner all
+grep -q "head_dim: must be 64, 128 or 256" "$TMP/out" || { echo "FAIL: dim96 row"; failures=$((failures + 1)); }
+# --json FILE (full precision) for plan and check, --tolerance, compared queries / KV heads
+ok "plan --json FILE" "$CLI" plan --levels 'N=1,4 C=100,20' --planner node --json "$TMP/plan.json"
+grep -q '"est_time_us": [0-9.]\{12,\}' "$TMP/plan.json" ||
+  { echo "FAIL: plan --json FILE lacks a full-precision est_time_us"; failures=$((failures + 1)); }
+ok "check --json FILE" "$CLI" check --levels 'N=1,4 C=100,20' --planner node --json "$TMP/check.json"
+grep -q '"queries_compared": 4' "$TMP/check.json" && grep -q '"kv_heads_compared"' "$TMP/check.json" ||
+  { echo "FAIL: check --json"; cat "$TMP/check.json"; failures=$((failures + 1)); }
+grep -q "queries 4/4, kv heads" "$TMP/out" || { echo "FAIL: check output lacks counts"; failures=$((failures + 1)); }
+if "$CLI" check --levels 'N=1,4 C=100,20' --planner node --tolerance 1e-12 > "$TMP/out" 2>&1 ||
+  ! grep -q "^FAIL  node" "$TMP/out"; then
+  echo "FAIL: check --tolerance 1e-12 passed"; failures=$((failures + 1))
+fi
+ok "workloads --json" "$CLI" workloads --set pat --json "$TMP/workloads.json"
+grep -q '"key": "pat:0"' "$TMP/workloads.json" || { echo "FAIL: workloads --json"; failures=$((failures + 1)); }
+bad "--tolerance" "$CLI" check --levels 'N=1,4 C=100,20' --planner node --tolerance nan
 bad "unknown command" "$CLI" frobnicate
 
 if [ "$failures" -ne 0 ]; then

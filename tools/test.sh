@@ -4,7 +4,7 @@
 #      (compile-only without a GPU: a representative subset of kernel configs, TREEATTN_CI_KERNELS;
 #      the full matrix when a GPU is present or TREEATTN_FULL_KERNELS=1);
 #   2. ctest: CPU tests, CLI smoke test, GPU tests (they skip with a message without a GPU);
-#   3. libFuzzer smoke run of the JSON and block-table readers (clang);
+#   3. libFuzzer smoke run of the JSON and block-table readers and of the planners (clang);
 #   4. the planning-speed benchmark (short) and `treeattn check` on every workload line;
 #   5. pip install . into .venv and pytest (GPU tests skip without a GPU).
 set -euo pipefail

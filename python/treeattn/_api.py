@@ -19,6 +19,82 @@ _handles = itertools.count(1)
 _PLANS: "weakref.WeakValueDictionary[int, Plan]" = weakref.WeakValueDictionary()
 
 
+_I32 = (-(2**31), 2**31 - 1)
+_U64 = (0, 2**64 - 1)
+
+
+def _int_arg(name: str, value: Any, lo: int = _I32[0], hi: int = _I32[1]) -> int:
+    """An int argument checked before it reaches the extension (which takes C integers and would
+    otherwise answer with a generic 'incompatible function arguments')."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    value = int(value)
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}: {value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _guard_ints(cls: Any, method: str, names: Sequence[Optional[str]], static: bool = False,
+                ranges: Optional[dict] = None) -> None:
+    """Wraps cls.method so that its int parameters (`names`, in positional order; None skips a
+    parameter) are checked by _int_arg first, positional or keyword."""
+    orig = getattr(cls, method)
+    ranges = ranges or {}
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        pos = args if static else args[1:]
+        for name, value in zip(names, pos):
+            if name is not None:
+                _int_arg(name, value, *ranges.get(name, _I32))
+        for name in names:
+            if name is not None and name in kwargs:
+                _int_arg(name, kwargs[name], *ranges.get(name, _I32))
+        return orig(*args, **kwargs)
+
+    wrapper.__name__ = method
+    wrapper.__doc__ = getattr(orig, "__doc__", None)
+    setattr(cls, method, staticmethod(wrapper) if static else wrapper)
+
+
+for _m, _names in (("append_tokens", ("query", "k")), ("add_query", ("node",)),
+                   ("remove_query", ("query",)), ("fork_query", ("query", "n")),
+                   ("node", ("index",)), ("query_path", ("query",)),
+                   ("query_context", ("query",))):
+    _guard_ints(PrefixTree, _m, _names)
+_guard_ints(PrefixTree, "from_block_tables", (None, None, "page_size", "num_pages"), static=True)
+_guard_ints(PrefixTree, "random", ("seed", "max_nodes", "max_queries", "max_tokens_per_node",
+                                   "max_roots", "page_size"), static=True, ranges={"seed": _U64})
+_guard_ints(PrefixTree, "from_levels", (None, None, "seed"), static=True, ranges={"seed": _U64})
+_guard_ints(PrefixTree, "from_workload", (None, None, "seed"), static=True, ranges={"seed": _U64})
+_orig_from_json_str = PrefixTree.from_json_str
+
+
+def _from_json_str(text: Any) -> PrefixTree:
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"text: not UTF-8 ({e})") from None
+    if not isinstance(text, str):
+        raise TypeError(f"text: expected str or bytes, got {type(text).__name__}")
+    return _orig_from_json_str(text)
+
+
+_from_json_str.__doc__ = _orig_from_json_str.__doc__
+PrefixTree.from_json_str = staticmethod(_from_json_str)
+
+
+def _check_fresh(p: "Plan", what: str = "plan") -> None:
+    """Refuses a plan whose tree changed since planning (decode would attend the old context)."""
+    ref = getattr(p, "_tree_ref", None)
+    tree = ref() if ref is not None else None
+    if tree is not None and tree.version != p.tree_version:
+        raise ValueError(
+            f"{what}: stale: made from version {p.tree_version} of its tree, which is now at "
+            f"version {tree.version} (append_tokens / add_query / remove_query / fork_query "
+            f"since); plan again: treeattn.plan(tree, ..., reuse={what})")
+
+
 def plan_from_handle(handle: int) -> "Plan":
     """The live Plan with this handle (used by treeattn.torch_ops)."""
     try:
@@ -44,6 +120,8 @@ class Plan(_ext.Plan):
                  headroom: float) -> None:
         super().__init__(tree, planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes,
                          device_info, headroom)
+        #: The tree planned (weak): decode() and update() refuse the plan once it changed.
+        self._tree_ref = weakref.ref(tree)
         self.handle = next(_handles)
         _PLANS[self.handle] = self
 
@@ -68,8 +146,10 @@ class Plan(_ext.Plan):
         while a graph is being captured (the upload is a host->device copy). Returns self."""
         if not isinstance(new, _ext.Plan):
             raise TypeError(f"plan: expected a treeattn.Plan, got {type(new).__name__}")
+        _check_fresh(new, "new")
         idx = self.device_index
         self._update(new, _default_stream(stream, idx) if idx is not None else 0)
+        self._tree_ref = getattr(new, "_tree_ref", None)
         return self
 
     def __repr__(self) -> str:
@@ -117,9 +197,13 @@ def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
     if not isinstance(tree, PrefixTree):
         raise TypeError(f"tree: expected a treeattn.PrefixTree, got {type(tree).__name__}")
     shape = tree.shape
-    qo = num_qo_heads if num_qo_heads is not None else (shape[0] or 32)
-    kv = num_kv_heads if num_kv_heads is not None else (shape[1] or 8)
-    dim = head_dim if head_dim is not None else (shape[2] or 128)
+    qo = _int_arg("num_qo_heads", num_qo_heads if num_qo_heads is not None else (shape[0] or 32))
+    kv = _int_arg("num_kv_heads", num_kv_heads if num_kv_heads is not None else (shape[1] or 8))
+    dim = _int_arg("head_dim", head_dim if head_dim is not None else (shape[2] or 128))
+    if not isinstance(headroom, (int, float, np.floating)) or isinstance(headroom, bool):
+        raise TypeError(f"headroom: expected a float, got {type(headroom).__name__}")
+    if not isinstance(planner, str):
+        raise TypeError(f"planner: expected a str, got {type(planner).__name__}")
     info = DeviceInfo.preset(device) if isinstance(device, str) else device
     if not isinstance(info, DeviceInfo):
         raise TypeError(f"device: expected a preset name or DeviceInfo, got {type(device).__name__}")
@@ -149,11 +233,13 @@ def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
     """
     if not isinstance(plan, _ext.Plan):
         raise TypeError(f"plan: expected a treeattn.Plan, got {type(plan).__name__}")
+    _check_fresh(plan)
     for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out),
                     ("lse", lse)):
         if x is not None and not hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):
             raise TypeError(f"{name}: expected a DLPack array (torch, CuPy, JAX, numpy), got "
                             f"{type(x).__name__}")
+        fw.check_array(name, x, writable=name in ("out", "lse"))
     q, k_cache, v_cache = fw.detach(q), fw.detach(k_cache), fw.detach(v_cache)
     out, lse = fw.detach(out), fw.detach(lse)
     q_in = q

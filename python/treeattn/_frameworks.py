@@ -39,6 +39,30 @@ def detach(x: Any) -> Any:
     return x
 
 
+def check_array(name: str, x: Any, writable: bool = False) -> None:
+    """Clear errors for arrays DLPack or the extension would refuse with a generic message:
+    torch sparse / meta tensors, read-only numpy arrays (np.broadcast_to views) where the
+    extension needs writable memory, immutable JAX arrays passed as outputs."""
+    if x is None:
+        return
+    fw = framework(x)
+    if fw == "torch":
+        layout = str(getattr(x, "layout", "torch.strided"))
+        if layout != "torch.strided":
+            raise TypeError(f"{name}: expected a dense (strided) tensor, got layout {layout}; "
+                            f"call .to_dense() first")
+        if getattr(x, "is_meta", False) or str(getattr(x, "device", "")) == "meta":
+            raise TypeError(f"{name}: a meta tensor has no data; pass a CPU or CUDA tensor")
+    elif isinstance(x, np.ndarray):
+        if not x.flags.writeable:
+            what = "a broadcast view (np.broadcast_to)" if 0 in x.strides else "read-only"
+            raise ValueError(f"{name}: the numpy array is {what}; pass a writable array "
+                             f"(np.array({name}) copies it)")
+    elif fw == "jax" and writable:
+        raise TypeError(f"{name}: JAX arrays are immutable; leave {name}=None and use the "
+                        f"returned array")
+
+
 def as_numpy_input(x: Any) -> Any:
     """numpy arrays pass through, except bfloat16 (ml_dtypes), which DLPack cannot export: it is
     widened to float32 exactly. Lists and other array-likes are left to the extension's checks."""
@@ -72,10 +96,15 @@ def empty(like: Any, shape: Tuple[int, ...], float32: bool = False) -> Any:
 
             return torch.empty(shape, dtype=getattr(torch, name), device=f"cuda:{dev_id}")
         except ImportError:
+            pass
+        try:
             import cupy
-
-            with cupy.cuda.Device(dev_id):
-                return cupy.empty(shape, dtype=name)
+        except ImportError:
+            raise TypeError(
+                f"out: cannot allocate the output of a {framework(like)} CUDA array without torch "
+                f"or CuPy installed; install one of them or pass out= (and lse=)") from None
+        with cupy.cuda.Device(dev_id):
+            return cupy.empty(shape, dtype=name)
     raise TypeError(f"q: cannot allocate an output for {type(like).__name__}; pass out=")
 
 

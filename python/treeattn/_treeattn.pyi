@@ -77,6 +77,12 @@ class PrefixTree:
     def num_queries(self) -> int: ...
 
     @property
+    def version(self) -> int:
+        """
+        Incremented by every update (append_tokens, add_query, remove_query, fork_query); a plan records it (Plan.tree_version) and decode() refuses a plan of an older one.
+        """
+
+    @property
     def num_nodes(self) -> int:
         """Node slots, dead ones included (see node()['alive'])."""
 
@@ -88,14 +94,16 @@ class PrefixTree:
 
     @property
     def num_pages(self) -> int:
-        """Page ids must lie in [0, num_pages)."""
+        """Page ids must lie in [0, num_pages) (set it before free_pages)."""
 
     @num_pages.setter
     def num_pages(self, arg: int, /) -> None: ...
 
     @property
     def free_pages(self) -> list[int]:
-        """Pool the updates take new pages from when none are passed."""
+        """
+        Pool the updates take new pages from when none are passed; setting it validates the tree (each page in range, listed once, not in use).
+        """
 
     @free_pages.setter
     def free_pages(self, arg: Sequence[int], /) -> None: ...
@@ -286,6 +294,10 @@ class Plan:
 
     @property
     def version(self) -> int: ...
+
+    @property
+    def tree_version(self) -> int:
+        """PrefixTree.version of the tree the plan was made from."""
 
     @property
     def num_queries(self) -> int: ...

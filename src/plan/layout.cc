@@ -26,8 +26,14 @@ namespace {
 
 constexpr int64_t kAlign = 256;
 int64_t align_up(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+// Capacities index int32 device arrays: a headroom that scales one past 2^31 - 1 is refused
+// (also keeps the conversion from double defined).
+constexpr double kMaxCapacity = 2147483647.0;
 int64_t scaled(int64_t n, double headroom) {
-  return static_cast<int64_t>(std::ceil(static_cast<double>(n) * headroom - 1e-9));
+  const double c = std::ceil(static_cast<double>(n) * headroom - 1e-9);
+  TA_CHECK_ARG(c <= kMaxCapacity, "headroom", headroom, " scales a capacity of ", n, " to ", c,
+               ", above the limit 2^31-1 of the device layout");
+  return static_cast<int64_t>(c);
 }
 
 }  // namespace
@@ -64,6 +70,10 @@ PlanLayout plan_layout(const Plan& plan, double headroom) {
   L.merge_indptr_off = place((L.queries + 1) * static_cast<int64_t>(sizeof(int32_t)));
   L.merge_slots_off = place(L.slots * static_cast<int64_t>(sizeof(int32_t)));
   L.metadata_bytes = off;
+  // slots < 2^31 and heads x head_dim < 2^31 x 256: the products stay far below 2^63.
+  TA_CHECK_ARG(static_cast<double>(L.slots) * L.num_qo_heads * L.head_dim * sizeof(float) < 0x1p60,
+               "headroom", headroom, " makes the partial workspace ", L.slots, " slots x ",
+               L.num_qo_heads, " heads x ", L.head_dim, " floats, too large");
   L.partial_o_off =
       place(L.slots * L.num_qo_heads * L.head_dim * static_cast<int64_t>(sizeof(float)));
   L.partial_lse_off = place(L.slots * L.num_qo_heads * static_cast<int64_t>(sizeof(float)));

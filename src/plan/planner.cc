@@ -48,6 +48,7 @@ Plan make_plan(const PrefixTree& tree, const PlanOptions& opts) {
   TA_CHECK_ARG(opts.dtype_bytes == 1 || opts.dtype_bytes == 2 || opts.dtype_bytes == 4,
                "dtype_bytes", "must be 1, 2 or 4, got ", opts.dtype_bytes);
   TA_CHECK_ARG(tree.page_size >= 1, "page_size", "must be >= 1, got ", tree.page_size);
+  validate_device(opts.device);
   validate(tree);
   const TreeIndex index = build_index(tree);
 
@@ -55,6 +56,7 @@ Plan make_plan(const PrefixTree& tree, const PlanOptions& opts) {
   Plan plan = entry->fn != nullptr ? planners::run_planner(*entry, tree, index, opts)
                                    : planners::auto_plan(tree, index, opts);
   plan.planner = p;
+  plan.tree_version = tree.version;
   TA_CHECK_INTERNAL(plan.shape.num_queries == tree.num_queries() &&
                         plan.shape.num_qo_heads == opts.num_qo_heads &&
                         plan.shape.num_kv_heads == opts.num_kv_heads &&

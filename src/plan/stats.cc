@@ -10,6 +10,7 @@
 namespace treeattn {
 
 PlanStats plan_stats(const PrefixTree& tree, const Plan& plan, const DeviceInfo& device) {
+  validate_device(device);
   const PlanShape& s = plan.shape;
   const int64_t kvh = s.num_kv_heads, D = s.head_dim, dt = s.dtype_bytes;
   const int64_t group = s.group();

@@ -135,6 +135,7 @@ PrefixTree tree_from_block_tables(const std::vector<std::vector<int32_t>>& block
   tree.query_node.resize(block_tables.size());
   for (size_t r = 0; r < block_tables.size(); ++r)
     tree.query_node[r] = tree_node_of[request_end[r]];
+  validate(tree);  // page ownership: e.g. one request listing a page twice ([[0, 0, 0]])
   return tree;
 }
 

@@ -7,6 +7,7 @@
 // tree_to_json() always writes pages, page_offset and num_pages, so a round trip is exact for
 // live nodes (dead node slots are dropped). "queries" name nodes by their "id".
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -406,8 +407,8 @@ PrefixTree tree_from_json(const std::string& text) {
   TA_CHECK_ARG(nodes != nullptr, "nodes", "missing");
   expect(*nodes, JValue::kArray, "nodes");
   TA_CHECK_ARG(!nodes->arr.empty(), "nodes", "empty: the tree needs at least one node");
-  TA_CHECK_ARG(nodes->arr.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()),
-               "nodes", "too many nodes");
+  TA_CHECK_ARG(static_cast<int64_t>(nodes->arr.size()) <= kMaxTreeNodes, "nodes", "has ",
+               nodes->arr.size(), " nodes, above the limit kMaxTreeNodes=", kMaxTreeNodes);
   const int32_t n = static_cast<int32_t>(nodes->arr.size());
 
   // Pass 1: ids, tokens, pages.
@@ -462,6 +463,8 @@ PrefixTree tree_from_json(const std::string& text) {
   TA_CHECK_ARG(queries != nullptr, "queries", "missing");
   expect(*queries, JValue::kArray, "queries");
   TA_CHECK_ARG(!queries->arr.empty(), "queries", "empty: the tree needs at least one query");
+  TA_CHECK_ARG(static_cast<int64_t>(queries->arr.size()) <= kMaxTreeQueries, "queries", "has ",
+               queries->arr.size(), " queries, above the limit kMaxTreeQueries=", kMaxTreeQueries);
   for (size_t q = 0; q < queries->arr.size(); ++q) {
     const std::string path = detail::concat("queries[", q, "]");
     const JValue& o = expect(queries->arr[q], JValue::kObject, path);
@@ -485,9 +488,9 @@ PrefixTree tree_from_json(const std::string& text) {
       shape_only.nodes[i].id = tree.nodes[i].id;
       shape_only.nodes[i].parent = tree.nodes[i].parent;
       shape_only.nodes[i].tokens = tree.nodes[i].tokens;
-      shape_only.nodes[i].pages.assign(1, 0);
+      shape_only.nodes[i].pages.assign(1, i);  // distinct pages: the layout is checked later
     }
-    shape_only.num_pages = 1;
+    shape_only.num_pages = n;
     shape_only.query_node = tree.query_node;
     validate(shape_only);
   }
@@ -535,12 +538,22 @@ PrefixTree tree_from_json(const std::string& text) {
 }
 
 PrefixTree tree_from_json_file(const std::string& path) {
+  std::error_code ec;
+  TA_CHECK_ARG(!std::filesystem::is_directory(path, ec), "path", "'", path,
+               "' is a directory, expected a JSON tree file");
   std::ifstream in(path, std::ios::binary);
   TA_CHECK_ARG(in.good(), "path", "cannot open '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  // Read in chunks up to the limit (the size of /dev/zero or a pipe is not known up front).
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    TA_CHECK_ARG(static_cast<int64_t>(text.size()) <= kMaxJsonFileBytes, "path", "'", path,
+                 "' is larger than the limit kMaxJsonFileBytes=", kMaxJsonFileBytes, " bytes");
+  }
+  TA_CHECK_ARG(!in.bad(), "path", "error reading '", path, "'");
   try {
-    return tree_from_json(ss.str());
+    return tree_from_json(text);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(detail::concat(path, ": ", e.what()));
   }

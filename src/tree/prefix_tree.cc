@@ -76,6 +76,136 @@ std::pair<int32_t, int32_t> find_duplicate_id(const PrefixTree& tree) {
   return first;
 }
 
+// Limits on what depends on the whole structure: tokens, listed pages and the path-depth sum
+// (depths from one preorder pass; the tree is known to be acyclic).
+void check_limits(const PrefixTree& tree) {
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  int64_t tokens = 0, pages = 0;
+  for (const TreeNode& nd : tree.nodes) {
+    if (!nd.alive) continue;
+    tokens += nd.tokens;
+    pages += static_cast<int64_t>(nd.pages.size());
+  }
+  TA_CHECK_ARG(tokens <= kMaxTreeTokens, "tree", tokens,
+               " tokens over live nodes exceed the limit kMaxTreeTokens=", kMaxTreeTokens);
+  TA_CHECK_ARG(pages <= kMaxTreePages, "tree", pages,
+               " page ids listed by live nodes exceed the limit kMaxTreePages=", kMaxTreePages);
+  std::vector<int32_t> depth(n, 0);
+  for (const int32_t v : detail::preorder_of(tree)) {
+    const int32_t p = tree.nodes[v].parent;
+    depth[v] = p == kNoParent ? 1 : depth[p] + 1;
+  }
+  int64_t sum = 0;
+  for (const int32_t v : tree.query_node) sum += depth[v];
+  TA_CHECK_ARG(sum <= kMaxPathDepthSum, "tree", "the path-depth sum (nodes on every query's path, ",
+               "summed over ", tree.query_node.size(), " queries) is ", sum,
+               ", above the limit kMaxPathDepthSum=", kMaxPathDepthSum);
+}
+
+// Page ownership. A (page, slot) holds the KV of one token: of one position after one prefix.
+// Two uses of the same slots must be the first pages of siblings (same parent) mapping them to
+// the same positions (copy-on-write siblings sharing a partly filled page), so a page listed twice
+// at the same slots, a child reusing its parent's page at the same slots, or one page under two
+// different prefixes is refused. free_pages entries must be in range, unique and not listed by a
+// live node. Pages are counted in an array over num_pages when that is not much larger than the
+// pages listed (else sorted); only pages listed more than once are compared slot by slot.
+void check_pages(const PrefixTree& tree) {
+  struct Use {
+    int32_t page, node, k;
+    int64_t prefix;  ///< what precedes the page: the parent for a first page, else the node
+    int64_t begin, end, pos;  ///< slots [begin, end) of the page hold positions pos + slot
+  };
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  const int64_t P = tree.page_size;
+  std::vector<int32_t> order = detail::preorder_of(tree);
+  std::vector<int64_t> start(n, 0);
+  size_t listed = 0;
+  for (const int32_t v : order) {
+    const int32_t p = tree.nodes[v].parent;
+    if (p != kNoParent) start[v] = start[p] + tree.nodes[p].tokens;
+    listed += tree.nodes[v].pages.size();
+  }
+  auto use_of = [&](int32_t v, int32_t k) {
+    const TreeNode& nd = tree.nodes[v];
+    const int64_t lo = std::max<int64_t>(nd.page_offset, int64_t{k} * P);
+    const int64_t hi = std::min<int64_t>(int64_t{nd.page_offset} + nd.tokens, int64_t{k + 1} * P);
+    // token i sits in slot page_offset + i - k*P: position start + i = start - page_offset + k*P
+    // + slot.
+    const int64_t base = int64_t{k} * P;
+    const int64_t prefix = k == 0 ? int64_t{nd.parent} : -2 - int64_t{v};
+    return Use{nd.pages[k], v, k, prefix, lo - base, hi - base, start[v] - nd.page_offset + base};
+  };
+  auto use_name = [&](const Use& u) {
+    return detail::concat(node_name(u.node), ".pages[", u.k, "]");
+  };
+  std::vector<Use> shared;  // uses of pages listed more than once
+  const bool dense =
+      static_cast<uint64_t>(tree.num_pages) <= 8 * static_cast<uint64_t>(listed) + 4096;
+  std::vector<int32_t> count;
+  std::vector<int32_t> sorted_used;
+  if (dense) {
+    count.assign(static_cast<size_t>(tree.num_pages), 0);
+    for (const int32_t v : order)
+      for (const int32_t p : tree.nodes[v].pages) ++count[p];
+    for (const int32_t v : order)
+      for (size_t k = 0; k < tree.nodes[v].pages.size(); ++k)
+        if (count[tree.nodes[v].pages[k]] > 1) shared.push_back(use_of(v, static_cast<int32_t>(k)));
+  } else {
+    sorted_used.reserve(listed);
+    for (const int32_t v : order)
+      sorted_used.insert(sorted_used.end(), tree.nodes[v].pages.begin(), tree.nodes[v].pages.end());
+    std::sort(sorted_used.begin(), sorted_used.end());
+    for (const int32_t v : order)
+      for (size_t k = 0; k < tree.nodes[v].pages.size(); ++k) {
+        const auto r =
+            std::equal_range(sorted_used.begin(), sorted_used.end(), tree.nodes[v].pages[k]);
+        if (r.second - r.first > 1) shared.push_back(use_of(v, static_cast<int32_t>(k)));
+      }
+  }
+  std::stable_sort(shared.begin(), shared.end(), [](const Use& a, const Use& b) {
+    return a.page != b.page ? a.page < b.page : a.begin < b.begin;
+  });
+  // Within one page, uses sorted by first slot form clusters of overlapping slots; every use of
+  // a cluster must share the parent and the slot -> position map of the others.
+  size_t reach = 0;  // the use of the current cluster whose slots reach furthest
+  for (size_t i = 0; i < shared.size(); ++i) {
+    const Use& b = shared[i];
+    const Use& a = shared[reach];
+    if (i == 0 || b.page != a.page || b.begin >= a.end) {
+      reach = i;
+      continue;
+    }
+    TA_CHECK_ARG(a.pos == b.pos, use_name(b), "page ", b.page, " slot ", b.begin,
+                 " is also used by ", use_name(a),
+                 " for another position (a page slot holds one token; a child needs its own "
+                 "pages where its parent's pages are in use)");
+    TA_CHECK_ARG(a.prefix == b.prefix, use_name(b), "page ", b.page, " slot ", b.begin,
+                 " is also used by ", use_name(a),
+                 " after another prefix (a page slot holds one token of one sequence)");
+    if (b.end > a.end) reach = i;
+  }
+  for (size_t k = 0; k < tree.free_pages.size(); ++k) {
+    const int32_t p = tree.free_pages[k];
+    const std::string name = detail::concat("free_pages[", k, "]");
+    TA_CHECK_ARG(p >= 0 && p < tree.num_pages, name, "page id ", p,
+                 " out of range [0, num_pages=", tree.num_pages, ")");
+    if (dense) {
+      TA_CHECK_ARG(count[p] <= 0, name, "page id ", p, " is in use by a live node");
+      TA_CHECK_ARG(count[p] == 0, name, "page id ", p, " is listed twice");
+      count[p] = -1;
+    } else {
+      TA_CHECK_ARG(!std::binary_search(sorted_used.begin(), sorted_used.end(), p), name, "page id ",
+                   p, " is in use by a live node");
+    }
+  }
+  if (!dense && !tree.free_pages.empty()) {
+    std::vector<int32_t> f(tree.free_pages);
+    std::sort(f.begin(), f.end());
+    const auto dup = std::adjacent_find(f.begin(), f.end());
+    TA_CHECK_ARG(dup == f.end(), "free_pages", "page id ", *dup, " is listed twice");
+  }
+}
+
 }  // namespace
 
 // Messages (and the node names in them) are built only when a check fails: TA_CHECK_ARG
@@ -83,6 +213,11 @@ std::pair<int32_t, int32_t> find_duplicate_id(const PrefixTree& tree) {
 void validate(const PrefixTree& tree) {
   TA_CHECK_ARG(tree.page_size >= 1, "page_size", "must be >= 1, got ", tree.page_size);
   TA_CHECK_ARG(tree.num_pages >= 0, "num_pages", "must be >= 0, got ", tree.num_pages);
+  TA_CHECK_ARG(static_cast<int64_t>(tree.nodes.size()) <= kMaxTreeNodes, "nodes", "tree has ",
+               tree.nodes.size(), " node slots, above the limit kMaxTreeNodes=", kMaxTreeNodes);
+  TA_CHECK_ARG(static_cast<int64_t>(tree.query_node.size()) <= kMaxTreeQueries, "queries",
+               "tree has ", tree.query_node.size(),
+               " queries, above the limit kMaxTreeQueries=", kMaxTreeQueries);
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
   const int64_t P = tree.page_size;
   int32_t live = 0;
@@ -123,6 +258,8 @@ void validate(const PrefixTree& tree) {
                  " (tree has ", n, " node slots)");
     TA_CHECK_ARG(tree.nodes[v].alive, detail::concat("query ", q), "node index ", v, " is dead");
   }
+  check_limits(tree);
+  check_pages(tree);
 }
 
 namespace detail {

@@ -36,6 +36,12 @@ PrefixTree random_tree(uint64_t seed, const RandomTreeOptions& opts) {
                opts.max_tokens_per_node);
   TA_CHECK_ARG(opts.max_roots >= 1, "max_roots", "must be >= 1, got ", opts.max_roots);
   TA_CHECK_ARG(opts.page_size >= 1, "page_size", "must be >= 1, got ", opts.page_size);
+  // A test generator: bounded so that no argument can make it allocate without bound.
+  constexpr int32_t kMaxRandom = 1 << 20;
+  TA_CHECK_ARG(opts.max_nodes <= kMaxRandom, "max_nodes", "must be <= ", kMaxRandom, ", got ",
+               opts.max_nodes);
+  TA_CHECK_ARG(opts.max_queries <= kMaxRandom, "max_queries", "must be <= ", kMaxRandom, ", got ",
+               opts.max_queries);
   std::mt19937_64 rng(seed * 0x2545F4914F6CDD1DULL + 0x1234567ULL);
   const int32_t n = static_cast<int32_t>(detail::rand_int(rng, 1, opts.max_nodes));
   const int32_t roots = static_cast<int32_t>(

@@ -46,6 +46,15 @@ std::vector<int32_t> take_pages(PrefixTree& t, int64_t need, const std::vector<i
         TA_CHECK_ARG(out[j] != out[k], detail::concat("new_pages[", k, "]"), "page id ", out[k],
                      " repeated");
     }
+    // Pages a live node lists are in use (sorted copy: the check is O(pages log pages)).
+    std::vector<int32_t> busy;
+    for (const TreeNode& nd : t.nodes)
+      if (nd.alive) busy.insert(busy.end(), nd.pages.begin(), nd.pages.end());
+    std::sort(busy.begin(), busy.end());
+    for (size_t k = 0; k < out.size(); ++k)
+      TA_CHECK_ARG(!std::binary_search(busy.begin(), busy.end(), out[k]),
+                   detail::concat("new_pages[", k, "]"), "page id ", out[k],
+                   " is in use by a live node");
     auto used = [&](int32_t p) { return std::find(out.begin(), out.end(), p) != out.end(); };
     t.free_pages.erase(std::remove_if(t.free_pages.begin(), t.free_pages.end(), used),
                        t.free_pages.end());
@@ -91,10 +100,11 @@ void PrefixTree::append_tokens(int32_t q, int32_t k, const std::vector<int32_t>&
     std::vector<int32_t> fresh = take_pages(*this, need, new_pages);
     nodes[x].tokens += k;
     nodes[x].pages.insert(nodes[x].pages.end(), fresh.begin(), fresh.end());
+    ++version;
     return;
   }
-  TA_CHECK_ARG(nodes.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "nodes",
-               "too many node slots");
+  TA_CHECK_ARG(static_cast<int64_t>(nodes.size()) < kMaxTreeNodes, "nodes", "tree has ",
+               nodes.size(), " node slots, the limit kMaxTreeNodes=", kMaxTreeNodes);
   int64_t max_id = std::numeric_limits<int64_t>::min();
   for (const TreeNode& nd : nodes) max_id = std::max(max_id, nd.id);
   TA_CHECK_ARG(max_id < std::numeric_limits<int64_t>::max(), "nodes", "no free node id");
@@ -106,13 +116,17 @@ void PrefixTree::append_tokens(int32_t q, int32_t k, const std::vector<int32_t>&
   child.pages = take_pages(*this, ceil_div(int64_t{child.page_offset} + k, P), new_pages);
   nodes.push_back(std::move(child));
   query_node[q] = static_cast<int32_t>(nodes.size()) - 1;
+  ++version;
 }
 
 int32_t PrefixTree::add_query(int32_t node) {
   TA_CHECK_ARG(node >= 0 && node < static_cast<int32_t>(nodes.size()), "node", "node index ", node,
                " out of range [0, ", nodes.size(), ")");
   TA_CHECK_ARG(nodes[node].alive, "node", "node index ", node, " is dead");
+  TA_CHECK_ARG(num_queries() < kMaxTreeQueries, "node", "tree has ", num_queries(),
+               " queries, the limit kMaxTreeQueries=", kMaxTreeQueries);
   query_node.push_back(node);
+  ++version;
   return num_queries() - 1;
 }
 
@@ -120,6 +134,7 @@ void PrefixTree::remove_query(int32_t q) {
   check_query(*this, q);
   TA_CHECK_ARG(num_queries() > 1, "q", "cannot remove the last query (the tree would be empty)");
   query_node.erase(query_node.begin() + q);
+  ++version;
   const int32_t n = static_cast<int32_t>(nodes.size());
   std::vector<char> used(n, 0);
   for (int32_t v : query_node) {
@@ -150,10 +165,12 @@ void PrefixTree::remove_query(int32_t q) {
 int32_t PrefixTree::fork_query(int32_t q, int32_t n) {
   check_query(*this, q);
   TA_CHECK_ARG(n >= 1, "n", "must be >= 1, got ", n);
-  TA_CHECK_ARG(int64_t{num_queries()} + n - 1 <= std::numeric_limits<int32_t>::max(), "n",
-               "too many queries");
+  TA_CHECK_ARG(int64_t{num_queries()} + n - 1 <= kMaxTreeQueries, "n", "forking query ", q,
+               " into ", n, " would make ", int64_t{num_queries()} + n - 1,
+               " queries, above the limit kMaxTreeQueries=", kMaxTreeQueries);
   const int32_t first = num_queries();
   query_node.insert(query_node.end(), static_cast<size_t>(n - 1), query_node[q]);
+  ++version;
   return first;
 }
 

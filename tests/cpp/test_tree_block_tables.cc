@@ -74,12 +74,21 @@ TEST(TreeBlockTables, ShorterRequestEndingMidPageGetsOwnTailNode) {
 }
 
 TEST(TreeBlockTables, SamePageAtNonLeadingPositionIsNotShared) {
-  const PrefixTree t = tree_from_block_tables({{1, 5, 6}, {2, 5, 6}}, {48, 48}, 16);
-  EXPECT_EQ(build_index(t).roots.size(), 2u);
-  EXPECT_EQ(unique_tokens(t), 96);
-  // Sharing is positional: page 1 at position 1 does not match page 1 at position 0.
-  const PrefixTree u = tree_from_block_tables({{1, 2}, {3, 1}}, {32, 32}, 16);
-  EXPECT_EQ(build_index(u).roots.size(), 2u);
+  const PrefixTree t = tree_from_block_tables({{1, 5, 6}, {1, 5, 7}}, {48, 48}, 16);
+  EXPECT_EQ(build_index(t).roots.size(), 1u);
+  EXPECT_EQ(unique_tokens(t), 64);
+  // Sharing is positional, and a page slot holds one token of one sequence: page 1 at position 1
+  // and at position 0, or pages 5, 6 after two different first pages, are refused (issue 11).
+  expect_invalid(
+      [] {
+        tree_from_block_tables({{1, 2}, {3, 1}}, {32, 32}, 16);
+      },
+      {"nodes[1].pages[1]", "page 1 slot 0", "another position"});
+  expect_invalid(
+      [] {
+        tree_from_block_tables({{1, 5, 6}, {2, 5, 6}}, {48, 48}, 16);
+      },
+      {"pages[1]", "page 5", "another prefix"});
 }
 
 TEST(TreeBlockTables, PaddedTablesAndPageSizeOne) {

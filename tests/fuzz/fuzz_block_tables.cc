@@ -7,18 +7,13 @@
 #include <stdexcept>
 #include <vector>
 
+#include "fuzz_bytes.h"
 #include "treeattn/tree/builders.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace {
 
-struct Bytes {
-  const uint8_t* p;
-  size_t n;
-  size_t i = 0;
-  bool more() const { return i < n; }
-  uint8_t next() { return i < n ? p[i++] : 0; }
-};
+using treeattn::fuzz::Bytes;
 
 }  // namespace
 

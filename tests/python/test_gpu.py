@@ -197,8 +197,8 @@ def test_cuda_graph_capture_and_update(gen):
     tree = treeattn.PrefixTree.from_levels("N=1,4,16 C=500,60,40")
     spare = 64
     num_pages = tree.num_pages + spare
-    tree.free_pages = list(range(tree.num_pages, num_pages))
-    tree.num_pages = num_pages
+    old_num_pages, tree.num_pages = tree.num_pages, num_pages
+    tree.free_pages = list(range(old_num_pages, num_pages))
     p = treeattn.plan(tree, 32, 8, 128, headroom=2.0).to_device(DEV)
     k, v = make_caches(gen, num_pages, 16, 8, 128, torch.float16, tree=tree)
     q = torch.randn((16, 32, 128), generator=gen, device=DEV).half()

@@ -2,6 +2,7 @@
 #include "args.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
@@ -49,8 +50,13 @@ Args::Args(int argc, char** argv, int first, std::vector<FlagSpec> flags)
     if (values_.count(name)) fail(name, "given twice");
     if (spec->takes_value) {
       if (!inline_value) {
-        if (i + 1 >= argc) fail(name, "missing value");
-        value = argv[++i];
+        const bool next_is_flag = i + 1 < argc && std::string(argv[i + 1]).compare(0, 2, "--") == 0;
+        if (spec->optional_value && (i + 1 >= argc || next_is_flag)) {
+          value = "-";
+        } else {
+          if (i + 1 >= argc) fail(name, "missing value");
+          value = argv[++i];
+        }
       }
       if (value.empty()) fail(name, "empty value");
     } else if (inline_value) {
@@ -70,6 +76,23 @@ int64_t Args::integer(const std::string& name, int64_t def, int64_t lo, int64_t 
   if (it == values_.end()) return def;
   int64_t v = 0;
   if (!parse_i64(it->second, &v)) fail(name, "expected an integer, got '" + it->second + "'");
+  if (v < lo || v > hi) {
+    std::ostringstream os;
+    os << "value " << v << " out of range [" << lo << ", " << hi << "]";
+    fail(name, os.str());
+  }
+  return v;
+}
+
+double Args::real(const std::string& name, double def, double lo, double hi) const {
+  const auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  const std::string& s = it->second;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end == s.c_str() || *end != '\0' || !std::isfinite(v))
+    fail(name, "expected a finite number, got '" + s + "'");
   if (v < lo || v > hi) {
     std::ostringstream os;
     os << "value " << v << " out of range [" << lo << ", " << hi << "]";
@@ -111,7 +134,8 @@ std::string Args::usage(const std::string& command) const {
   std::ostringstream os;
   os << "usage: treeattn " << command << " [flags]\n";
   for (const FlagSpec& f : flags_)
-    os << "  --" << f.name << (f.takes_value ? " VALUE" : "") << "\n      " << f.help << "\n";
+    os << "  --" << f.name << (f.takes_value ? (f.optional_value ? " [VALUE]" : " VALUE") : "")
+       << "\n      " << f.help << "\n";
   return os.str();
 }
 

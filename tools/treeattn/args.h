@@ -15,6 +15,7 @@ struct FlagSpec {
   std::string name;  ///< without the leading "--"
   bool takes_value;  ///< false: boolean switch
   std::string help;  ///< one line for --help
+  bool optional_value = false;  ///< with takes_value: a bare `--name` means the value "-"
 };
 
 class Args {
@@ -28,6 +29,8 @@ class Args {
   std::string str(const std::string& name, const std::string& def = "") const;
   /// Integer value in [lo, hi], or `def` when absent; throws naming the flag otherwise.
   int64_t integer(const std::string& name, int64_t def, int64_t lo, int64_t hi) const;
+  /// Finite real value in [lo, hi], or `def` when absent; throws naming the flag otherwise.
+  double real(const std::string& name, double def, double lo, double hi) const;
   /// Unsigned 64-bit value (seeds), or `def` when absent.
   uint64_t u64(const std::string& name, uint64_t def) const;
   /// "Q/KV" head counts such as "32/8" (or a single "32" for MHA); throws naming the flag.

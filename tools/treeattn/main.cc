@@ -7,8 +7,19 @@
 #include <string>
 
 #include "commands.h"
+#include "treeattn/plan/plan.h"
+
+#ifndef TREEATTN_VERSION
+#define TREEATTN_VERSION "unknown"
+#endif
 
 namespace {
+
+#if defined(TREEATTN_WITH_CUDA)
+constexpr bool kWithCuda = true;
+#else
+constexpr bool kWithCuda = false;
+#endif
 
 void print_usage() {
   std::printf(
@@ -18,7 +29,7 @@ void print_usage() {
       "  check      check plans: coverage, then CPU executor vs float64 oracle\n"
       "  workloads  list the embedded workload sets\n"
       "  bench      GPU benchmark (CUDA builds only)\n"
-      "run 'treeattn <command> --help' for its flags\n");
+      "run 'treeattn <command> --help' for its flags; 'treeattn --version' for the version\n");
 }
 
 }  // namespace
@@ -41,6 +52,11 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("treeattn %s (plan format %d, CUDA kernels: %s)\n", TREEATTN_VERSION,
+                treeattn::kPlanVersion, kWithCuda ? "yes" : "no");
+    return 0;
+  }
   try {
     if (cmd == "plan") return treeattn::cli::plan_command(argc, argv);
     if (cmd == "check") return treeattn::cli::check_command(argc, argv);

@@ -1,6 +1,7 @@
 // `treeattn plan`: plans one tree (or each line of a workload set) with one planner or all of
-// them and prints the plan statistics, as a table or as JSON (--json). A planner that throws
-// gets its error in its row instead of aborting the others, and the command exits with 1.
+// them and prints the plan statistics as a table, and as JSON with --json [FILE] (numbers with
+// full precision; bare --json or '-': JSON on stdout, the table on stderr). A planner that throws
+// gets its error in its row instead of aborting the others; any failure makes the exit code 1.
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "args.h"
+#include "cli_util.h"
 #include "commands.h"
 #include "inputs.h"
 #include "treeattn/plan/planner.h"
@@ -15,23 +17,6 @@
 
 namespace treeattn::cli {
 namespace {
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o;
-}
 
 struct Row {
   std::string planner, error;
@@ -45,7 +30,9 @@ constexpr double kMB = 1e6;
 int plan_command(int argc, char** argv) {
   std::vector<FlagSpec> flags = input_flags(true);
   for (const FlagSpec& f : planner_flags()) flags.push_back(f);
-  flags.push_back({"json", false, "print JSON instead of a table"});
+  flags.push_back({"json", true,
+                   "write JSON to FILE (bare --json or '-': JSON on stdout, table on stderr)",
+                   true});
   const Args a(argc, argv, 2, flags);
   if (a.help()) {
     std::printf("%s", a.usage("plan").c_str());
@@ -54,12 +41,14 @@ int plan_command(int argc, char** argv) {
   const std::string planner = a.str("planner", "all");
   const std::vector<std::string> planners = planner_list(planner);
   const DeviceInfo dev = device_flag(a);
-  const bool json = a.has("json");
+  JsonOut jout(a.str("json"), "plan");
+  const bool json = jout.enabled();
+  FILE* const out = jout.human();
   const std::vector<Problem> problems = load_problems(a, true);
 
   int failures = 0;
-  std::ostringstream js;
-  js << "{\"device\": \"" << dev.name << "\", \"workloads\": [";
+  std::ostringstream& js = jout.text();
+  js << "{\"command\": \"plan\", \"device\": \"" << dev.name << "\", \"workloads\": [";
   for (size_t pi = 0; pi < problems.size(); ++pi) {
     const Problem& p = problems[pi];
     PlanOptions opts;
@@ -73,11 +62,13 @@ int plan_command(int argc, char** argv) {
       r.planner = name;
       opts.planner = name;
       try {
-        const Plan plan = make_plan(p.tree, opts);
+        const Plan plan = planned(p.tree, opts, "plan", p.name);
         r.st = plan_stats(p.tree, plan, dev);
       } catch (const std::exception& e) {
         r.error = e.what();
         ++failures;
+        std::fprintf(stderr, "treeattn plan: %s on %s: %s\n", name.c_str(), p.name.c_str(),
+                     e.what());
       }
       rows.push_back(r);
     }
@@ -100,30 +91,37 @@ int plan_command(int argc, char** argv) {
            << ", \"unique_kv_bytes\": " << r.st.unique_kv_bytes
            << ", \"redundant_kv_bytes\": " << r.st.redundant_kv_bytes
            << ", \"partial_bytes\": " << r.st.partial_bytes << ", \"qo_bytes\": " << r.st.qo_bytes
-           << ", \"padding_fraction\": " << r.st.padding_fraction << ", \"flops\": " << r.st.flops
-           << ", \"est_time_us\": " << r.st.est_time_us << "}";
+           << ", \"padding_fraction\": " << json_number(r.st.padding_fraction)
+           << ", \"flops\": " << json_number(r.st.flops)
+           << ", \"est_time_us\": " << json_number(r.st.est_time_us) << "}";
       }
       js << "]}";
-    } else {
-      std::printf("%s%s  [%s, %d queries, %lld unique tokens, device %s]\n", pi ? "\n" : "",
-                  p.name.c_str(), shape_text(p).c_str(), p.tree.num_queries(),
-                  static_cast<long long>(unique), dev.name.c_str());
-      std::printf("%-11s %8s %8s %11s %13s %11s %9s %10s\n", "planner", "items", "CTAs",
-                  "KV MB read", "redundant MB", "partial MB", "padding%", "est us");
+    }
+    {
+      std::fprintf(out, "%s%s  [%s, %d queries, %lld unique tokens, device %s]\n", pi ? "\n" : "",
+                   p.name.c_str(), shape_text(p).c_str(), p.tree.num_queries(),
+                   static_cast<long long>(unique), dev.name.c_str());
+      std::fprintf(out, "%-11s %8s %8s %11s %13s %11s %9s %10s\n", "planner", "items", "CTAs",
+                   "KV MB read", "redundant MB", "partial MB", "padding%", "est us");
       for (const Row& r : rows) {
         if (!r.error.empty()) {
-          std::printf("%-11s error: %s\n", r.planner.c_str(), r.error.c_str());
+          std::fprintf(out, "%-11s error: %s\n", r.planner.c_str(), r.error.c_str());
           continue;
         }
-        std::printf("%-11s %8lld %8lld %11.3f %13.3f %11.3f %9.1f %10.2f\n", r.planner.c_str(),
-                    static_cast<long long>(r.st.items), static_cast<long long>(r.st.ctas),
-                    r.st.kv_bytes_read / kMB, r.st.redundant_kv_bytes / kMB,
-                    r.st.partial_bytes / kMB, 100.0 * r.st.padding_fraction, r.st.est_time_us);
+        std::fprintf(out, "%-11s %8lld %8lld %11.3f %13.3f %11.3f %9.1f %10.2f\n",
+                     r.planner.c_str(), static_cast<long long>(r.st.items),
+                     static_cast<long long>(r.st.ctas), r.st.kv_bytes_read / kMB,
+                     r.st.redundant_kv_bytes / kMB, r.st.partial_bytes / kMB,
+                     100.0 * r.st.padding_fraction, r.st.est_time_us);
       }
     }
   }
-  if (json) std::printf("%s]}\n", js.str().c_str());
-  // A planner that throws is a failure: its row shows the error, and the exit status is 1.
+  js << "], \"failures\": " << failures << "}\n";
+  jout.write();
+  // Every planner failure is reported in its row and makes the exit code 1.
+  if (failures > 0)
+    std::fprintf(stderr, "treeattn plan: %d planner run%s failed\n", failures,
+                 failures == 1 ? "" : "s");
   return failures > 0 ? 1 : 0;
 }
 

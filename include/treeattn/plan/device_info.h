@@ -39,4 +39,9 @@ struct DeviceInfo {
 /// "a100", "h100", "h200" (case-insensitive); throws std::invalid_argument naming "device".
 DeviceInfo device_preset(const std::string& name);
 
+/// Throws std::invalid_argument naming the field ("device.num_sms", ...) unless every count is
+/// >= 1 (wide_ctas_per_sm, wide_m16_ctas_per_sm >= 0), every rate finite and > 0, every
+/// overhead, latency and penalty finite and >= 0. make_plan() and plan_stats() call it.
+void validate_device(const DeviceInfo& d);
+
 }  // namespace treeattn

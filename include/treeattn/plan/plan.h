@@ -69,6 +69,7 @@ struct PlanShape {
 
 struct Plan {
   int32_t version = kPlanVersion;
+  uint64_t tree_version = 0;  ///< PrefixTree::version of the tree it was made from
   std::string planner;
   PlanShape shape;
   std::vector<WorkItem> items;  ///< sorted by tile class (then by decreasing cost)

@@ -23,6 +23,16 @@ namespace treeattn {
 
 inline constexpr int32_t kNoParent = -1;
 
+/// Documented limits, checked up front (validate(), the builders, the updates, the JSON reader)
+/// with an error naming the limit and the argument, so that no input can make planning allocate
+/// without bound. Planning memory grows with the path-depth sum (every query's path is walked).
+inline constexpr int64_t kMaxTreeNodes = int64_t{1} << 24;         ///< node slots
+inline constexpr int64_t kMaxTreeQueries = int64_t{1} << 24;       ///< queries
+inline constexpr int64_t kMaxTreeTokens = (int64_t{1} << 31) - 1;  ///< tokens over live nodes
+inline constexpr int64_t kMaxTreePages = int64_t{1} << 26;      ///< page ids listed by live nodes
+inline constexpr int64_t kMaxPathDepthSum = int64_t{1} << 25;   ///< sum over queries of path nodes
+inline constexpr int64_t kMaxJsonFileBytes = int64_t{1} << 28;  ///< tree_from_json_file input
+
 /// One node: a run of KV tokens continuing its parent's sequence (see file comment for pages).
 struct TreeNode {
   int64_t id = 0;              ///< user-visible id (JSON "id"); unique among live nodes
@@ -48,6 +58,9 @@ struct PrefixTree {
   std::vector<TreeNode> nodes;      ///< indexed by node index; dead slots have alive == false
   std::vector<int32_t> query_node;  ///< query q attends root -> nodes[query_node[q]]
   ModelShape shape;                 ///< optional heads/head_dim from JSON or a workload line
+  /// Incremented by every update below; a plan records the version it was made from
+  /// (Plan::tree_version) so that a stale plan can be refused.
+  uint64_t version = 0;
 
   int32_t num_queries() const { return static_cast<int32_t>(query_node.size()); }
 
@@ -75,7 +88,10 @@ struct PrefixTree {
 /// Throws std::invalid_argument naming the offender on: empty tree (no live node or no query),
 /// page_size < 1, cycle, unknown parent, parent that is dead, duplicate id, tokens < 1,
 /// page_offset out of [0, P), page count not matching tokens, page id out of [0, num_pages),
-/// query on an unknown or dead node.
+/// query on an unknown or dead node, a limit above exceeded, a (page, slot) holding two
+/// different absolute positions (a page listed twice, a child reusing its parent's page at the
+/// same slots; nodes may share a page only where the same slots hold the same positions, as
+/// copy-on-write siblings do), and free_pages entries that are out of range, repeated or in use.
 void validate(const PrefixTree& tree);
 
 /// A read-only run of int32 values (one row of a TreeIndex CSR array).

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "treeattn/common/error.h"
 
@@ -48,7 +49,36 @@ constexpr Hardware kPresets[] = {{"a100", 108, 164, 1600.0, 290.0},
                                  {"h100", 132, 228, 3040.0, 757.0},
                                  {"h200", 132, 228, 4200.0, 762.0}};
 
+void check_count(int64_t v, int64_t lo, const char* field) {
+  TA_CHECK_ARG(v >= lo && v <= (int64_t{1} << 30), detail::concat("device.", field),
+               "must lie in [", lo, ", 2^30], got ", v);
+}
+void check_real(double v, bool positive, const char* field) {
+  TA_CHECK_ARG(std::isfinite(v) && (positive ? v > 0 : v >= 0), detail::concat("device.", field),
+               positive ? "must be finite and > 0, got " : "must be finite and >= 0, got ", v);
+}
+
 }  // namespace
+
+void validate_device(const DeviceInfo& d) {
+  check_count(d.num_sms, 1, "num_sms");
+  check_count(d.smem_per_sm_bytes, 1, "smem_per_sm_bytes");
+  check_count(d.ctas_per_sm, 1, "ctas_per_sm");
+  check_count(d.wide_ctas_per_sm, 0, "wide_ctas_per_sm");
+  check_count(d.wide_m16_ctas_per_sm, 0, "wide_m16_ctas_per_sm");
+  check_real(d.hbm_read_GBps, true, "hbm_read_GBps");
+  check_real(d.tc_TFLOPs, true, "tc_TFLOPs");
+  check_real(d.mma_efficiency, true, "mma_efficiency");
+  check_real(d.launch_overhead_us, false, "launch_overhead_us");
+  check_real(d.item_overhead_us, false, "item_overhead_us");
+  check_real(d.merge_launch_us, false, "merge_launch_us");
+  check_real(d.tile_latency_us, false, "tile_latency_us");
+  check_real(d.tile_latency_m128_us, false, "tile_latency_m128_us");
+  check_real(d.tile_latency_wide_us, false, "tile_latency_wide_us");
+  check_real(d.merge_slot_us, false, "merge_slot_us");
+  check_real(d.mask_penalty, false, "mask_penalty");
+  check_real(d.mask_penalty_m16, false, "mask_penalty_m16");
+}
 
 DeviceInfo device_preset(const std::string& name) {
   std::string n = name;

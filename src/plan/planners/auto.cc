@@ -22,6 +22,7 @@
 // LPT. Only the winner is built as a full Plan.
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "planner_util.h"
@@ -162,7 +163,11 @@ class AutoPlanner {
       consider(own_cost_us(cg, prev_parts), static_cast<int32_t>(i));
     }
     // The guarantee: every other planner is a candidate too.
-    const std::vector<const PlannerEntry*>& others = auto_candidates();
+    // auto's candidates, less flatten where its ranges would pass kMaxFlattenRanges
+    std::vector<const PlannerEntry*> others;
+    for (const PlannerEntry* e : auto_candidates())
+      if (std::string(e->name) != "flatten" || flatten_fits(tree_, index_, opts_))
+        others.push_back(e);
     for (size_t i = 0; i < others.size(); ++i) {
       PlanBuilder b(tree_, opts_, others[i]->name, PlanBuilder::Mode::kCostOnly);
       others[i]->fn(tree_, index_, opts_, &b);

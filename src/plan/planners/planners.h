@@ -24,6 +24,10 @@ void node_chunk(const PrefixTree& tree, const TreeIndex& index, const PlanOption
                 PlanBuilder* b);
 void flatten(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
              PlanBuilder* b);
+/// Most KV ranges flatten may emit; flatten throws (naming "planner") on trees that need more.
+inline constexpr int64_t kMaxFlattenRanges = int64_t{1} << 22;
+/// Whether flatten's ranges stay within kMaxFlattenRanges (auto skips flatten otherwise).
+bool flatten_fits(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts);
 void fasttree(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
               PlanBuilder* b);
 void pat(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, PlanBuilder* b);

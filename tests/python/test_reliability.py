@@ -1,0 +1,272 @@
+"""Reproductions of issue 11 (reliability) on the CPU build: documented limits, page ownership,
+stale plans, argument errors that name their argument, the docs' graph example, and the torch
+custom op under torch.compile with the default (inductor) backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import treeattn
+from conftest import tree_qkv
+
+
+def chain_levels(n):
+    ones = ",".join(["1"] * n)
+    return f"N={ones} C={ones}"
+
+
+# ---- limits (issue items 1 and 2)
+
+
+def test_path_depth_sum_limit():
+    t = treeattn.PrefixTree.from_levels(chain_levels(4096))
+    t.fork_query(0, 8193)
+    with pytest.raises(ValueError, match="kMaxPathDepthSum"):
+        treeattn.plan(t, 8, 2, 64)
+
+
+def test_queries_and_nodes_limits():
+    t = treeattn.PrefixTree.from_levels("N=1,2 C=4,4")
+    with pytest.raises(ValueError, match="n: .*kMaxTreeQueries"):
+        t.fork_query(0, 2**31 - 3)
+    assert t.num_queries == 2  # unchanged
+    with pytest.raises(ValueError, match="max_nodes"):
+        treeattn.PrefixTree.random(0, 2**31 - 1)
+    with pytest.raises(ValueError, match="max_queries"):
+        treeattn.PrefixTree.random(0, 8, 2**31 - 1)
+
+
+def test_json_file_limits(tmp_path):
+    with pytest.raises(ValueError, match="is a directory"):
+        treeattn.PrefixTree.from_json(str(tmp_path))
+
+
+# ---- undefined behaviour in the layout (item 3)
+
+
+@pytest.mark.parametrize("headroom", [1e17, 1e30, float("inf"), float("nan")])
+def test_headroom_overflow(headroom):
+    t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    with pytest.raises(ValueError, match="headroom"):
+        treeattn.plan(t, 8, 2, 64, headroom=headroom)
+
+
+def test_headroom_large_but_valid():
+    t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    p = treeattn.plan(t, 8, 2, 64, headroom=1000.0)
+    assert p.workspace_bytes > 0 and all(v > 0 for v in p.layout()["class_items"] if v)
+
+
+# ---- page ownership and DeviceInfo (item 4)
+
+
+def test_page_layouts_refused():
+    bad_child = ('{"page_size": 16, "nodes": [{"id": 0, "parent": null, "tokens": 16, "pages": '
+                 '[0]}, {"id": 1, "parent": 0, "tokens": 20, "pages": [0, 1]}], '
+                 '"queries": [{"node": 1}]}')
+    with pytest.raises(ValueError, match=r"nodes\[1\]\.pages\[0\].*nodes\[0\]\.pages\[0\]"):
+        treeattn.PrefixTree.from_json_str(bad_child)
+    twice = ('{"page_size": 16, "nodes": [{"id": 0, "parent": null, "tokens": 32, '
+             '"pages": [1, 1]}], "queries": [{"node": 0}]}')
+    with pytest.raises(ValueError, match=r"nodes\[0\]\.pages\[1\]"):
+        treeattn.PrefixTree.from_json_str(twice)
+    with pytest.raises(ValueError, match="pages"):
+        treeattn.PrefixTree.from_block_tables(np.array([[0, 0, 0]], np.int32), np.array([40]),
+                                              page_size=16)
+    # a child may reuse its parent's last page at later slots (the slots hold new positions)
+    ok = ('{"page_size": 16, "nodes": [{"id": 0, "parent": null, "tokens": 10, "pages": [0]}, '
+          '{"id": 1, "parent": 0, "tokens": 4, "page_offset": 10, "pages": [0]}], '
+          '"queries": [{"node": 1}]}')
+    treeattn.PrefixTree.from_json_str(ok).validate()
+
+
+def test_free_pages_checked():
+    t = treeattn.PrefixTree.from_block_tables([[0, 1], [0, 2]], [20, 20], page_size=16,
+                                              num_pages=8)
+    for free, what in (([5, 5], "is listed twice"), ([1], "is in use"), ([8], "out of range")):
+        with pytest.raises(ValueError, match=r"free_pages\[\d\]: page id \d+ " + what):
+            t.free_pages = free  # checked when set
+        assert t.free_pages == []  # unchanged
+    t.free_pages = [3, 4]
+    t.validate()
+    json_tree = ('{"page_size": 16, "num_pages": 4, "free_pages": [1], "nodes": [{"id": 0, '
+                 '"parent": null, "tokens": 16, "pages": [1]}], "queries": [{"node": 0}]}')
+    with pytest.raises(ValueError, match=r"free_pages\[0\]: page id 1 is in use"):
+        treeattn.PrefixTree.from_json_str(json_tree)
+
+
+def test_append_tokens_refuses_pages_in_use():
+    t = treeattn.PrefixTree.from_block_tables([[0, 1], [0, 2]], [32, 32], page_size=16,
+                                              num_pages=8)
+    with pytest.raises(ValueError, match=r"new_pages\[0\]: page id 2 is in use"):
+        t.append_tokens(0, 1, new_pages=[2])
+    v = t.version
+    t.append_tokens(0, 1, new_pages=[5])
+    assert t.version == v + 1
+    t.validate()
+
+
+@pytest.mark.parametrize("field,value", [("launch_overhead_us", float("nan")),
+                                         ("item_overhead_us", -1.0),
+                                         ("hbm_read_GBps", 0.0),
+                                         ("tc_TFLOPs", float("inf")),
+                                         ("smem_per_sm_bytes", 0),
+                                         ("num_sms", -3)])
+def test_device_info_validated(field, value):
+    t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    d = treeattn.DeviceInfo.preset("h100")
+    setattr(d, field, value)
+    with pytest.raises(ValueError, match=f"device.{field}"):
+        treeattn.plan(t, 8, 2, 64, device=d)
+    p = treeattn.plan(t, 8, 2, 64)
+    with pytest.raises(ValueError, match=f"device.{field}"):
+        p.stats(device=d)
+
+
+# ---- messages that name the argument (item 6)
+
+
+def test_block_tables_huge_seq_len():
+    with pytest.raises(ValueError, match="seq_lens"):
+        treeattn.PrefixTree.from_block_tables(np.array([[0, 1]], np.int32),
+                                              np.array([2**63 - 1]), page_size=16)
+
+
+def test_out_of_range_ints_name_the_argument():
+    t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    with pytest.raises(ValueError, match="num_qo_heads"):
+        treeattn.plan(t, 2**40, 8, 128)
+    with pytest.raises(ValueError, match="page_size"):
+        treeattn.PrefixTree.from_block_tables([[0]], [4], page_size=2**31)
+    with pytest.raises(ValueError, match="n: "):
+        t.fork_query(0, 2**31)
+    with pytest.raises(TypeError, match="query: expected an int"):
+        t.append_tokens("0", 1)
+    with pytest.raises(ValueError, match="seed"):
+        treeattn.PrefixTree.random(-1)
+
+
+def test_from_json_str_bytes():
+    with pytest.raises(ValueError, match="nodes"):
+        treeattn.PrefixTree.from_json_str(b"{}")
+    t = treeattn.PrefixTree.from_json_str(treeattn.PrefixTree.from_levels("N=1 C=4").to_json()
+                                          .encode())
+    assert t.num_queries == 1
+    with pytest.raises(TypeError, match="text"):
+        treeattn.PrefixTree.from_json_str(3)
+
+
+def test_read_only_and_broadcast_arrays(rng):
+    t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    p = treeattn.plan(t, 8, 2, 64)
+    q, k, v = tree_qkv(rng, t, 8, 2, 64)
+    out = np.empty_like(q)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out: the numpy array is read-only"):
+        treeattn.decode(q, k, v, p, out=out)
+    qb = np.broadcast_to(q[:1], q.shape)
+    with pytest.raises(ValueError, match=r"q: .*broadcast"):
+        treeattn.decode(qb, k, v, p)
+
+
+def test_no_gpu_message():
+    t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    p = treeattn.plan(t, 8, 2, 64)
+    with pytest.raises(RuntimeError, match="no GPU"):
+        p.to_device(0)
+
+
+def test_torch_sparse_and_meta_tensors(rng):
+    torch = pytest.importorskip("torch", reason="torch not installed")
+    t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    p = treeattn.plan(t, 8, 2, 64)
+    q, k, v = (torch.from_numpy(x) for x in tree_qkv(rng, t, 8, 2, 64))
+    with pytest.raises(TypeError, match="k_cache: expected a dense"):
+        treeattn.decode(q, k.to_sparse(), v, p)
+    with pytest.raises(TypeError, match="q: a meta tensor"):
+        treeattn.decode(q.to("meta"), k, v, p)
+
+
+# ---- stale plans (item 7)
+
+
+def test_stale_plan_refused(rng):
+    t = treeattn.PrefixTree.from_block_tables([[0, 1], [0, 2]], [20, 24], page_size=16,
+                                              num_pages=8)
+    p = treeattn.plan(t, 8, 2, 64)
+    assert p.tree_version == t.version == 0
+    q, k, v = tree_qkv(rng, t, 8, 2, 64)
+    treeattn.decode(q, k, v, p)
+    t.append_tokens(0, 1, new_pages=[5])
+    assert t.version == 1
+    with pytest.raises(ValueError, match="plan: stale"):
+        treeattn.decode(q, k, v, p)
+    fresh = treeattn.plan(t, 8, 2, 64)
+    with pytest.raises(ValueError, match="new: stale"):
+        t.fork_query(0, 2)
+        p.update(fresh)
+    p.update(treeattn.plan(t, 8, 2, 64))
+    q2 = np.concatenate([q, q[:1]])
+    treeattn.decode(q2, k, v, p)  # the refreshed plan is current
+
+
+def test_stale_plan_refused_by_torch_op(rng):
+    torch = pytest.importorskip("torch", reason="torch not installed")
+    import treeattn.torch_ops as tops
+
+    t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    p = treeattn.plan(t, 8, 2, 64)
+    q, k, v = (torch.from_numpy(x) for x in tree_qkv(rng, t, 8, 2, 64))
+    t.remove_query(3)
+    with pytest.raises(ValueError, match="plan: stale"):
+        tops.decode(q[:3], k, v, p)
+
+
+def test_update_before_to_device_checks_shape():
+    t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    p = treeattn.plan(t, 8, 2, 64)
+    other = treeattn.plan(t, 16, 4, 64)
+    assert not p.fits(other)
+    with pytest.raises(ValueError, match="plan: the new plan is for heads 16/4"):
+        p.update(other)
+    assert p.num_qo_heads == 8
+
+
+# ---- docs/python.md's graph example (item 8), its tree and plan part on the CPU
+
+
+def test_docs_graph_example_tree_part(rng):
+    block_tables = np.array([[0, 1, 2], [0, 1, 3]], np.int32)
+    seq_lens = np.array([48, 37])  # request 0 fills its last page: its next token needs one
+    num_pages = 8
+    tree = treeattn.PrefixTree.from_block_tables(block_tables, seq_lens, page_size=16)
+    plan = treeattn.plan(tree, 8, 2, 64, headroom=1.5)
+    free_page = 5  # from the engine's allocator
+    tree.num_pages = num_pages
+    tree.append_tokens(0, 1, new_pages=[free_page])
+    assert treeattn.plan(tree, 8, 2, 64, reuse=plan) is plan
+    q, k, v = tree_qkv(rng, tree, 8, 2, 64)
+    ref = treeattn.reference(tree, q, k, v)[0]
+    assert np.abs(treeattn.decode(q, k, v, plan) - ref).max() < 1e-4
+
+
+# ---- torch.compile with the default backend (inductor; needs a C++ compiler on CPU)
+
+
+def test_torch_compile_inductor_cpu(rng):
+    torch = pytest.importorskip("torch", reason="torch not installed")
+    import treeattn.torch_ops as tops
+
+    tree = treeattn.PrefixTree.from_levels("N=1,4 C=70,21")
+    p = treeattn.plan(tree, 8, 2, 64)
+    q, k, v = tree_qkv(rng, tree, 8, 2, 64)
+    want = treeattn.reference(tree, q, k, v)[0]
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+
+    @torch.compile(fullgraph=True)
+    def layer(x, kc, vc):
+        return tops.decode(x * 1.0, kc, vc, p) * 2
+
+    out = layer(tq, tk, tv)
+    assert np.abs(out.numpy() / 2 - want).max() < 1e-4
