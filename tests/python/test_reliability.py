@@ -170,6 +170,15 @@ def test_read_only_and_broadcast_arrays(rng):
         treeattn.decode(qb, k, v, p)
 
 
+def _gpu_usable():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return treeattn.built_with_cuda and torch.cuda.is_available()
+
+
+@pytest.mark.skipif(_gpu_usable(), reason="a GPU is present: to_device() succeeds here")
 def test_no_gpu_message():
     t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
     p = treeattn.plan(t, 8, 2, 64)
