@@ -14,8 +14,13 @@
 #include <vector>
 
 #include "fuzz_bytes.h"
+#include "treeattn/cpu/executor.h"
+#include "treeattn/cpu/random_inputs.h"
 #include "treeattn/cpu/reference.h"
+#include "treeattn/plan/coverage.h"
+#include "treeattn/plan/layout.h"
 #include "treeattn/plan/planner.h"
+#include "treeattn/plan/stats.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace {
