@@ -12,9 +12,9 @@
 namespace treeattn::cli {
 
 struct FlagSpec {
-  std::string name;  ///< without the leading "--"
-  bool takes_value;  ///< false: boolean switch
-  std::string help;  ///< one line for --help
+  std::string name;             ///< without the leading "--"
+  bool takes_value;             ///< false: boolean switch
+  std::string help;             ///< one line for --help
   bool optional_value = false;  ///< with takes_value: a bare `--name` means the value "-"
 };
 

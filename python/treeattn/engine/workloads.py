@@ -132,6 +132,15 @@ class Controller:
         n = self.p["new"]
         return min(n, self.max_steps) if self.max_steps else n
 
+    def decode_and_free(self, seqs, toks) -> Result:
+        """Decodes every sequence one token per step for steps() steps, then frees them."""
+        for _ in range(self.steps()):
+            lg = self.step(list(zip(seqs, toks)), len(seqs), len(seqs))
+            toks = self.eng.sample(lg, self.temperature)
+        for s in seqs:
+            self.eng.free(s)
+        return self.res
+
     def logprobs(self, logits, tokens):
         lp = torch.log_softmax(logits.float(), -1)
         return lp[torch.arange(len(tokens)), torch.tensor(tokens, device=lp.device)].tolist()
@@ -145,12 +154,7 @@ class NoSharing(Controller):  # W0
             sid, lg = self.prefill(self.prompt(p["prompt"]))
             seqs.append(sid)
             toks += eng.sample(lg[None], self.temperature)
-        for _ in range(self.steps()):
-            lg = self.step(list(zip(seqs, toks)), len(seqs), len(seqs))
-            toks = eng.sample(lg, self.temperature)
-        for s in seqs:
-            eng.free(s)
-        return self.res
+        return self.decode_and_free(seqs, toks)
 
 
 class ParallelSampling(Controller):  # W1
@@ -159,12 +163,7 @@ class ParallelSampling(Controller):  # W1
         sid, lg = self.prefill(self.prompt(p["prompt"]))
         seqs = [sid] + eng.fork(sid, p["n"] - 1)
         toks = eng.sample(lg[None].expand(p["n"], -1), self.temperature)
-        for _ in range(self.steps()):
-            lg = self.step(list(zip(seqs, toks)), len(seqs), len(seqs))
-            toks = eng.sample(lg, self.temperature)
-        for s in seqs:
-            eng.free(s)
-        return self.res
+        return self.decode_and_free(seqs, toks)
 
 
 class SharedPrompt(Controller):  # W2
@@ -177,12 +176,7 @@ class SharedPrompt(Controller):  # W2
             seqs.append(sid)
             toks += eng.sample(lg[None], self.temperature)
         self.res.info["prefix_hit_tokens"] = eng.cache.stats["hit_tokens"]
-        for _ in range(self.steps()):
-            lg = self.step(list(zip(seqs, toks)), len(seqs), len(seqs))
-            toks = eng.sample(lg, self.temperature)
-        for s in seqs:
-            eng.free(s)
-        return self.res
+        return self.decode_and_free(seqs, toks)
 
 
 class TreeOfThought(Controller):  # W3
