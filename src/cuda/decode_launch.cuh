@@ -1,5 +1,6 @@
 // Thin launcher template: KernelParams + PlanLayout -> one attention launch per tile class with
-// nonzero capacity (grid = (class capacity, kv heads), dynamic shared memory from AttnConfig),
+// nonzero capacity (grid = (class capacity, kv heads / heads per CTA), dynamic shared memory from
+// AttnConfig),
 // then the merge over the query capacity when the layout has partial slots. Included only by the
 // generated src/cuda/inst_*.cu files.
 #pragma once
@@ -15,9 +16,9 @@ namespace treeattn::cuda_detail {
 /// Launches `kernel` on `stream`, allowing programmatic dependent launch (PDL) on sm_90+ so that
 /// consecutive kernels of a call overlap their launch and prologue with the previous kernel's
 /// tail (the kernels order their writes with griddepcontrol.wait).
-template <typename Kernel>
+template <typename Kernel, typename... Args>
 cudaError_t launch_pdl(Kernel kernel, dim3 grid, dim3 block, int smem, cudaStream_t stream,
-                       const KernelParams& p) {
+                       Args... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -28,7 +29,7 @@ cudaError_t launch_pdl(Kernel kernel, dim3 grid, dim3 block, int smem, cudaStrea
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = device_supports_pdl() ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, p);
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 template <DType kDType, int kHeadDim, int kClass>
@@ -37,18 +38,30 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   using C = AttnConfig<kDType, kHeadDim, kClass>;
   const int64_t capacity = layout.class_items[plan_class(kClass)];
   if (capacity <= 0) return Status::kOk;
-  if (capacity > 0x7fffffff || layout.shape.num_kv_heads > 65535) return Status::kUnsupported;
+  const int kv_heads = layout.shape.num_kv_heads;
+  if (capacity > 0x7fffffff || kv_heads > 65535) return Status::kUnsupported;
   auto* kernel = &decode_attention_kernel<kDType, kHeadDim, kClass>;
-  // Raise the dynamic shared-memory limit once per instantiation (thread-safe static init).
-  static const cudaError_t attr_status =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
+  // Raise the dynamic shared-memory limit and read the occupancy once per instantiation
+  // (thread-safe static init).
+  static int resident = 0;
+  static const cudaError_t attr_status = [&] {
+    cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, C::THREADS,
+                                                        C::SMEM_BYTES);
+    return e;
+  }();
   if (attr_status != cudaSuccess) {
     set_last_cuda_error(cudaGetErrorString(attr_status));
     return Status::kCudaError;
   }
+  const int hpc = C::HEAD_LOOP ? heads_per_cta(capacity, kv_heads, device_sm_count(), resident,
+                                               head_loop_waves())
+                               : 1;
   const dim3 grid(static_cast<unsigned>(capacity),
-                  static_cast<unsigned>(layout.shape.num_kv_heads));
-  cudaError_t err = launch_pdl(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, p);
+                  static_cast<unsigned>((kv_heads + hpc - 1) / hpc));
+  cudaError_t err = launch_pdl(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, p, hpc);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) {
     set_last_cuda_error(cudaGetErrorString(err));

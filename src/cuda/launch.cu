@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -34,6 +35,14 @@ bool device_supports_pdl() {
     cached[dev] = major >= 9 ? 2 : 1;
   }
   return cached[dev] == 2;
+}
+
+int head_loop_waves() {
+  static const int waves = [] {
+    const char* env = std::getenv("TREEATTN_HEAD_LOOP_WAVES");
+    return env != nullptr && *env != '\0' ? std::atoi(env) : tile::kHeadLoopWaves;
+  }();
+  return waves;
 }
 
 int device_sm_count() {

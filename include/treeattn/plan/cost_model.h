@@ -44,7 +44,7 @@ struct ItemSummary {
 };
 
 /// True when the kernel runs the kM16 launch of a plan with `m16_ctas` kM16 CTAs (items x KV
-/// heads) in its wide variant (src/cuda/decode_params.h, use_wide_m16), as the model assumes.
+/// heads) in its wide variant (treeattn/plan/tile_policy.h, use_wide_m16), as the model assumes.
 bool model_uses_wide_m16(const DeviceInfo& dev, int64_t m16_ctas);
 
 /// Cost of one CTA as in estimate_plan_us (`wide`: kM16 run as the wide variant; counts are

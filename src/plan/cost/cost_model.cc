@@ -15,8 +15,9 @@
 // measured on the H100 as ~1.3 us per 64-token kM128 tile however few CTAs share an SM).
 // A masked item (DeFT masks) pays the kernel's per-score mask test: its CTA time is scaled by
 // 1 + mask_penalty (kM64/kM128) or 1 + mask_penalty_m16 (kM16).
-// Which kM16 variant runs is the kernel's host rule (src/cuda/decode_params.h, use_wide_m16):
-// wide when the plan has more than wide_m16_ctas_per_sm x num_sms kM16 CTAs.
+// Tile sizes and which kM16 variant runs come from the kernels' tile policy
+// (treeattn/plan/tile_policy.h): wide when the plan has more than wide_m16_ctas_per_sm x num_sms
+// kM16 CTAs.
 //
 // A plan's time: LPT (longest CTA first onto the least-loaded slot) over num_sms x slots-per-SM
 // gives the makespan, raised to the global bound max(total bytes / HBM bandwidth, total FLOPs /
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "treeattn/common/error.h"
+#include "treeattn/plan/tile_policy.h"
 
 namespace treeattn {
 namespace {
@@ -63,9 +65,9 @@ struct CtaModel {
     mask_scale[1] = mask_scale[2] = 1.0 + dev.mask_penalty;
     // Kernel KV tile (tokens) per class and its latency floor: 64-token tiles (32 for head_dim
     // 256, the floor scaled by the tile's size), wide kM16 32-token tiles.
-    const int64_t big = s.head_dim == 256 ? 32 : 64;
+    const int64_t big = tile::kv_tile(tile::kConfigDeep, s.head_dim);
     const double scale = static_cast<double>(big) / 64.0;
-    tile_tokens[0] = wide ? 32 : big;
+    tile_tokens[0] = wide ? tile::kv_tile(tile::kConfigWide, s.head_dim) : big;
     tile_lat[0] = wide ? dev.tile_latency_wide_us : dev.tile_latency_us * scale;
     tile_tokens[1] = big;
     tile_lat[1] = dev.tile_latency_us * scale;
@@ -132,7 +134,7 @@ double lpt_makespan(std::vector<std::pair<double, int64_t>>* runs, int64_t slots
 }  // namespace
 
 bool model_uses_wide_m16(const DeviceInfo& dev, int64_t m16_ctas) {
-  return m16_ctas > static_cast<int64_t>(dev.wide_m16_ctas_per_sm) * dev.num_sms;
+  return tile::use_wide_m16(m16_ctas, dev.num_sms, dev.wide_m16_ctas_per_sm);
 }
 
 ItemCost estimate_cta(const DeviceInfo& dev, const PlanShape& shape, TileClass tile, bool wide,

@@ -1,0 +1,72 @@
+// Tile policy of the decode kernels in one place, as plain C++17 constexpr functions: the CUDA
+// launch code (src/cuda), the cost model and the plan statistics all read it, so the kernel that
+// runs and the kernel that is modelled cannot drift apart. The SM count and the resident CTAs per
+// SM are arguments (the launch code asks the CUDA occupancy API; the cost model uses DeviceInfo).
+//
+// Kernel configs: 0 = kM16 "wide", 1 = kM64, 2 = kM128, 3 = kM16 "deep"; configs 0 and 3 both run
+// plan tile class kM16 (plan_class()).
+//  * kM16 items are decode-shaped (one query's heads, or a few queries). Two variants, chosen per
+//    launch on the host from the layout's kM16 capacity x kv heads (graph-safe, no device reads):
+//    - wide (config 0): 32-token KV tiles split over 2 warps (each its own online softmax over
+//      16 tokens, merged in shared memory). For plans with thousands of short items.
+//    - deep (config 3): 64-token tiles split over 4 warps: 2 x 32 KB in flight per CTA.
+//      For plans with few, long items, where the bytes in flight per CTA set the speed.
+//    Both walk several KV heads of one item per CTA (the head loop, heads_per_cta()): the item's
+//    metadata chain (header -> item -> ranges -> page ids) is paid once per CTA, not per head,
+//    and the KV pipeline runs on across head boundaries. The next head's Q loads while the
+//    current head runs; a head's token warps merge in the stage of its last tile.
+//  * kM64 = 4 warps x 16 rows, kM128 = 8 warps x 16 rows: 64-token tiles (32 for head_dim 256),
+//    3 stages, one KV head per CTA.
+#pragma once
+
+#include <cstdint>
+
+namespace treeattn::tile {
+
+inline constexpr int kNumKernelConfigs = 4;
+inline constexpr int kConfigWide = 0;
+inline constexpr int kConfigDeep = 3;
+
+/// Plan tile class (0 kM16, 1 kM64, 2 kM128) a kernel config runs.
+constexpr int plan_class(int cfg) { return cfg == kConfigDeep ? 0 : cfg; }
+/// KV tokens per pipeline stage.
+constexpr int kv_tile(int cfg, int head_dim) {
+  return cfg == kConfigWide || head_dim == 256 ? 32 : 64;
+}
+/// Warps along the packed rows (16 rows each) and along the tokens of a tile.
+constexpr int warps_m(int cfg) { return cfg == 1 ? 4 : cfg == 2 ? 8 : 1; }
+constexpr int warps_n(int cfg, int head_dim) {
+  return cfg == kConfigWide   ? 2
+         : cfg == kConfigDeep ? (kv_tile(cfg, head_dim) / 16 >= 4 ? 4 : kv_tile(cfg, head_dim) / 16)
+                              : 1;
+}
+constexpr int num_stages(int /*cfg*/, int /*head_dim*/) { return 3; }
+/// True for the configs that walk several KV heads per CTA (the kM16 ones).
+constexpr bool head_loop(int cfg) { return plan_class(cfg) == 0; }
+
+/// Wide kM16 when the kM16 launch has more than `threshold` CTAs (one per item and KV head) per
+/// SM: the deep variant holds 2 CTAs per SM, and few long items want its bytes in flight.
+inline constexpr int kWideM16CtasPerSm = 3;
+inline bool use_wide_m16(int64_t m16_ctas, int num_sms, int threshold = kWideM16CtasPerSm) {
+  return m16_ctas > static_cast<int64_t>(threshold) * num_sms;
+}
+
+/// Waves of resident CTAs the head loop keeps: fewer, longer CTAs amortize the metadata chain,
+/// but the last wave's imbalance grows with CTA length.
+inline constexpr int kHeadLoopWaves = 4;
+/// KV heads one kM16 CTA walks: the most that still leaves kHeadLoopWaves waves of
+/// `ctas_per_sm` x `num_sms` resident CTAs, balanced so every CTA of an item gets the same count
+/// (the last may get fewer). 1 when the launch is not larger than that.
+/// `waves` <= 0 turns the head loop off.
+inline int heads_per_cta(int64_t m16_items, int kv_heads, int num_sms, int ctas_per_sm,
+                         int waves = kHeadLoopWaves) {
+  if (kv_heads <= 1 || m16_items <= 0 || waves <= 0) return 1;
+  const int64_t slots = static_cast<int64_t>(num_sms) * (ctas_per_sm < 1 ? 1 : ctas_per_sm);
+  int64_t hpc = m16_items * kv_heads / (waves * slots);
+  if (hpc <= 1) return 1;
+  if (hpc > kv_heads) hpc = kv_heads;
+  const int64_t ctas_per_item = (kv_heads + hpc - 1) / hpc;
+  return static_cast<int>((kv_heads + ctas_per_item - 1) / ctas_per_item);
+}
+
+}  // namespace treeattn::tile
