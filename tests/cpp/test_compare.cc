@@ -1,6 +1,7 @@
 // Tests of compare_to_oracle() (include/treeattn/cpu/compare.h): the measure is relative to the
 // largest reference value, NaN and infinity never pass, the bound follows the output dtype, and
-// the row-sampled form only looks at the given rows.
+// the attention form only looks at the sampled queries and accepts an empty row (oracle LSE -inf)
+// only as exactly o = 0, lse = -inf.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,12 +47,54 @@ TEST(CompareToOracle, AllZeroReferenceIsAbsolute) {
   EXPECT_TRUE(c.pass);
 }
 
-TEST(CompareToOracle, RowsOnlyLooksAtTheSample) {
-  // 3 rows of 2; row 1 is poisoned (not computed), rows 0 and 2 match.
-  const std::vector<double> ref = {1, 2, 3, 4, 5, 6};
-  const std::vector<float> out = {1, 2, NAN, NAN, 5, 6};
-  EXPECT_TRUE(compare_rows_to_oracle(ref.data(), out.data(), 2, {0, 2}, OutputDtype::kFp32).pass);
-  EXPECT_FALSE(compare_rows_to_oracle(ref.data(), out.data(), 2, {1}, OutputDtype::kFp32).pass);
+TEST(CompareToOracle, QueriesOnlyLooksAtTheSample) {
+  // 3 queries x 1 head x head_dim 2; query 1 is poisoned (not computed), 0 and 2 match.
+  const std::vector<double> ref = {1, 2, 3, 4, 5, 6}, ref_lse = {0.5, 0.6, 0.7};
+  const std::vector<float> out = {1, 2, NAN, NAN, 5, 6}, lse = {0.5f, NAN, 0.7f};
+  auto cmp = [&](const std::vector<int32_t>& qs) {
+    return compare_to_oracle(ref.data(), ref_lse.data(), out.data(), lse.data(), 1, 2, qs,
+                             OutputDtype::kFp32);
+  };
+  EXPECT_TRUE(cmp({0, 2}).pass);
+  EXPECT_FALSE(cmp({1}).pass);
+  EXPECT_TRUE(cmp({1}).nan);
+}
+
+TEST(CompareToOracle, EmptyRowsMustBeExactlyTheEmptyState) {
+  // 1 query x 2 heads x head_dim 2: head 0 sees keys, head 1 none (oracle o = 0, lse = -inf).
+  const std::vector<double> ref = {1, 2, 0, 0}, ref_lse = {0.5, -INFINITY};
+  std::vector<float> out = {1, 2, 0, 0}, lse = {0.5f, -INFINITY};
+  auto cmp = [&](const float* l) {
+    return compare_to_oracle(ref.data(), ref_lse.data(), out.data(), l, 2, 2, {0},
+                             OutputDtype::kBf16);
+  };
+  OracleComparison c = cmp(lse.data());
+  EXPECT_TRUE(c.pass) << c.describe();
+  EXPECT_EQ(c.empty_rows, 1);
+  EXPECT_EQ(c.lse_rel_err, 0.0);          // the empty row takes no part in the measure
+  EXPECT_TRUE(cmp(nullptr).pass);         // without LSE output, the output alone is checked
+  for (const float bad : {1e-6f, NAN}) {  // a tiny output or NaN in an empty row fails
+    out[3] = bad;
+    c = cmp(lse.data());
+    EXPECT_FALSE(c.pass);
+    EXPECT_EQ(c.bad_empty_rows, 1);
+    EXPECT_FALSE(cmp(nullptr).pass);
+  }
+  out[3] = 0;
+  for (const float bad : {-1e30f, 0.f, NAN, INFINITY}) {  // the LSE must be exactly -inf
+    lse[1] = bad;
+    EXPECT_FALSE(cmp(lse.data()).pass) << bad;
+  }
+  lse[1] = -INFINITY;
+  lse[0] = -INFINITY;  // an empty state where the oracle saw keys
+  EXPECT_FALSE(cmp(lse.data()).pass);
+  // element-wise: an expected -inf must be produced exactly
+  const std::vector<double> r = {1.0, -INFINITY};
+  EXPECT_TRUE(
+      compare_to_oracle(r.data(), std::vector<float>{1.f, -INFINITY}.data(), 2, OutputDtype::kFp32)
+          .pass);
+  EXPECT_FALSE(
+      compare_to_oracle(r.data(), std::vector<float>{1.f, NAN}.data(), 2, OutputDtype::kFp32).pass);
 }
 
 }  // namespace
