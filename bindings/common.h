@@ -1,5 +1,5 @@
 // Shared pieces of the nanobind extension _treeattn: the Python-visible plan object (host plan,
-// its tree, and the lazily allocated device workspace) and the tensor validation helpers used by
+// its tree, and the lazily made DevicePlan) and the tensor validation helpers used by
 // decode() and reference(). Bindings only validate and convert; the logic lives in the library.
 #pragma once
 
@@ -15,6 +15,10 @@
 #include "treeattn/plan/plan.h"
 #include "treeattn/tree/prefix_tree.h"
 
+namespace treeattn {
+class DevicePlan;
+}  // namespace treeattn
+
 namespace treeattn::py {
 
 namespace nb = nanobind;
@@ -25,17 +29,17 @@ inline constexpr int kDlCpu = 1;
 inline constexpr int kDlCuda = 2;
 
 /// The Python `Plan`: a host Plan plus the tree it was made from (for stats and checks), the
-/// device layout (sized with `headroom`), and once used on a GPU its device workspace. The
-/// workspace is allocated by to_device() or the first GPU decode, freed in the destructor.
+/// device layout (sized with `headroom`), and once used on a GPU its DevicePlan (workspace and
+/// upload, treeattn/kernels/device_plan.h). The DevicePlan is made by to_device() or the first GPU
+/// decode and freed by release_device() or the destructor.
 struct PyPlan {
   Plan plan;
   PrefixTree tree;
-  PlanLayout layout;
+  PlanLayout layout;  ///< the DevicePlan's layout once on a device
   double headroom = 1.0;
   int32_t max_page_id = -1;  ///< largest page id the plan reads (-1: none)
   int32_t device_id = -1;    ///< CUDA device of the workspace, -1 = none
-  void* workspace = nullptr;
-  std::vector<uint8_t> host_metadata;  ///< pack_plan output, copied to the device
+  DevicePlan* device = nullptr;
 
   PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
          int32_t num_kv_heads, int32_t head_dim, int32_t dtype_bytes, const DeviceInfo& device,
@@ -44,7 +48,7 @@ struct PyPlan {
   PyPlan(const PyPlan&) = delete;
   PyPlan& operator=(const PyPlan&) = delete;
 
-  /// Allocates the workspace on `device` (once) and uploads the metadata on `stream`.
+  /// Makes the DevicePlan on `device` (once) and uploads the plan on `stream`.
   void to_device(int32_t device, uintptr_t stream);
   /// Adopts `other`'s plan; when on a device, re-uploads into the existing workspace (throws
   /// ValueError naming "plan" when the shapes differ or it does not fit the layout).

@@ -1,4 +1,4 @@
-// Bindings of the execution side: decode() (CUDA kernels through run_decode for CUDA tensors, the
+// Bindings of the execution side: decode() (CUDA kernels through DevicePlan for CUDA tensors, the
 // float32 CPU plan executor for CPU arrays) and reference() (the float64 oracle). Tensors arrive
 // through DLPack (nb::ndarray, zero-copy); everything here validates shapes, dtypes, devices and
 // strides, naming the argument, then converts and calls the library.
@@ -18,9 +18,7 @@
 #include "treeattn/cpu/reference.h"
 
 #if TREEATTN_PY_WITH_CUDA
-#include <cuda_runtime_api.h>
-
-#include "treeattn/kernels/decode.h"
+#include "treeattn/kernels/device_plan.h"
 #endif
 
 namespace treeattn::py {
@@ -278,18 +276,6 @@ void check_cuda_strides(const AnyArray& a, const char* name, std::initializer_li
                "data pointer must be 16-byte aligned");
 }
 
-struct CudaDeviceGuard {
-  int prev = -1;
-  explicit CudaDeviceGuard(int device) {
-    int cur = 0;
-    if (cudaGetDevice(&cur) == cudaSuccess && cur != device && cudaSetDevice(device) == cudaSuccess)
-      prev = cur;
-  }
-  ~CudaDeviceGuard() {
-    if (prev >= 0) cudaSetDevice(prev);
-  }
-};
-
 void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray* v,
                  const AnyArray& out, const AnyArray* lse, float sm_scale, uintptr_t stream) {
   if (!is_half_dtype(q.dtype()))
@@ -313,7 +299,7 @@ void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray
                  "lse", "must be contiguous [num_queries, num_qo_heads]");
   }
   const int device = q.device_id();
-  if (p.workspace != nullptr) {
+  if (p.device != nullptr) {
     TA_CHECK_ARG(p.device_id == device, "q", "is on cuda:", device,
                  " but the plan's workspace is "
                  "on cuda:",
@@ -328,25 +314,22 @@ void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray
   a.q = q.data();
   a.q_stride_query = q.stride(0);
   a.q_stride_head = q.stride(1);
-  a.k = k.data();
   const int o = combined ? 1 : 0;  // skip the K/V axis of the combined layout
-  a.v = combined ? static_cast<const void*>(static_cast<const char*>(k.data()) + k.stride(1) * 2)
-                 : v->data();
-  a.page_stride = k.stride(0);
-  a.slot_stride = k.stride(1 + o);
-  a.head_stride = k.stride(2 + o);
+  KvStrides kv;
+  kv.page = k.stride(0);
+  kv.kv = combined ? k.stride(1) : 0;
+  kv.slot = k.stride(1 + o);
+  kv.head = k.stride(2 + o);
+  if (combined)
+    set_kv_combined(&a, k.data(), kv);
+  else
+    set_kv_split(&a, k.data(), v->data(), kv);
   a.out = out.data();
   a.o_stride_query = out.stride(0);
   a.o_stride_head = out.stride(1);
   a.lse = lse ? static_cast<float*>(lse->data()) : nullptr;
   a.sm_scale = sm_scale;
-  CudaDeviceGuard guard(device);
-  const Status st = run_decode(p.layout, p.workspace, a, reinterpret_cast<cudaStream_t>(stream));
-  if (st == Status::kOk) return;
-  const std::string msg =
-      std::string("treeattn decode: ") + status_string(st) + ": " + last_cuda_error();
-  if (st == Status::kInvalidArgument) throw std::invalid_argument(msg);
-  throw std::runtime_error(msg);
+  p.device->run(a, reinterpret_cast<cudaStream_t>(stream));
 }
 #endif
 

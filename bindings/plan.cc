@@ -1,5 +1,6 @@
-// Bindings of the plan side: the Python-visible Plan (host plan + its tree + lazily allocated
-// device workspace), its statistics and layout, and the device upload (to_device / update).
+// Bindings of the plan side: the Python-visible Plan (host plan + its tree + lazily made
+// DevicePlan), its statistics and layout, and the device upload (to_device / update) through
+// DevicePlan.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -14,7 +15,7 @@
 #include "treeattn/plan/stats.h"
 
 #if TREEATTN_PY_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "treeattn/kernels/device_plan.h"
 #endif
 
 namespace treeattn::py {
@@ -26,40 +27,14 @@ int32_t max_page(const Plan& plan) {
   return m;
 }
 
-#if TREEATTN_PY_WITH_CUDA
-void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("treeattn: ") + what + ": " + cudaGetErrorString(e));
-}
-
-/// Makes `device` current for the scope (no-op when it already is).
-struct DeviceGuard {
-  int prev = -1;
-  explicit DeviceGuard(int device) {
-    cuda_check(cudaGetDevice(&prev), "cudaGetDevice");
-    if (prev != device)
-      cuda_check(cudaSetDevice(device), "cudaSetDevice");
-    else
-      prev = -1;
-  }
-  ~DeviceGuard() {
-    if (prev >= 0) cudaSetDevice(prev);
-  }
-};
-#endif
-
+/// Uploads `plan` into the plan's DevicePlan on `stream` (the caller made sure it fits).
 void upload(PyPlan& p, const Plan& plan, uintptr_t stream) {
-  p.host_metadata.assign(static_cast<size_t>(p.layout.metadata_bytes), 0);
-  pack_plan(plan, p.layout, p.host_metadata.data());
 #if TREEATTN_PY_WITH_CUDA
-  DeviceGuard guard(p.device_id);
-  // Pageable source: the call returns once the bytes are staged, so host_metadata may be reused.
-  cuda_check(cudaMemcpyAsync(p.workspace, p.host_metadata.data(),
-                             static_cast<size_t>(p.layout.metadata_bytes), cudaMemcpyHostToDevice,
-                             reinterpret_cast<cudaStream_t>(stream)),
-             "plan metadata upload (cudaMemcpyAsync; not allowed during CUDA-graph capture: call "
-             "plan.to_device() before capturing)");
+  p.device->upload(plan, reinterpret_cast<cudaStream_t>(stream), p.headroom);
+  p.layout = p.device->layout();
 #else
+  (void)p;
+  (void)plan;
   (void)stream;
 #endif
 }
@@ -126,56 +101,38 @@ PyPlan::~PyPlan() { release_device(); }
 
 void PyPlan::release_device() {
 #if TREEATTN_PY_WITH_CUDA
-  if (workspace != nullptr) cudaFree(workspace);  // errors at interpreter exit are ignored
+  delete device;  // errors at interpreter exit are ignored
 #endif
-  workspace = nullptr;
+  device = nullptr;
   device_id = -1;
 }
 
-void PyPlan::to_device(int32_t device, uintptr_t stream) {
+void PyPlan::to_device(int32_t device_index, uintptr_t stream) {
 #if TREEATTN_PY_WITH_CUDA
-  if (workspace != nullptr) {
-    TA_CHECK_ARG(device == device_id, "device", "plan workspace lives on cuda:", device_id,
-                 ", asked for cuda:", device, " (make one plan per device)");
+  if (device != nullptr) {
+    TA_CHECK_ARG(device_index == device_id, "device", "plan workspace lives on cuda:", device_id,
+                 ", asked for cuda:", device_index, " (make one plan per device)");
     return;
   }
-  TA_CHECK_ARG(device >= 0, "device", "expected a CUDA device index >= 0, got ", device);
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    cudaGetLastError();  // clear the sticky error of a missing driver
-    throw std::runtime_error(std::string("device: no GPU (CUDA reports: ") +
-                             (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")");
+  TA_CHECK_ARG(device_index >= 0, "device", "expected a CUDA device index >= 0, got ",
+               device_index);
+  device = new DevicePlan(device_index);
+  device_id = device_index;
+  try {
+    upload(*this, plan, stream);
+  } catch (...) {
+    release_device();
+    throw;
   }
-  TA_CHECK_ARG(device < count, "device", "cuda:", device, " does not exist (", count, " GPU(s))");
-  {
-    DeviceGuard guard(device);
-    cuda_check(
-        cudaMalloc(&workspace, static_cast<size_t>(std::max<int64_t>(layout.total_bytes, 256))),
-        "cudaMalloc of the plan workspace");
-  }
-  device_id = device;
-  upload(*this, plan, stream);
 #else
-  (void)device;
+  (void)device_index;
   (void)stream;
   throw std::runtime_error(
       "device: no GPU support: treeattn was built without CUDA (nvcc not found at build time)");
 #endif
 }
 
-bool PyPlan::fits(const PyPlan& other) const {
-  const PlanShape &a = plan.shape, &b = other.plan.shape;
-  if (a.num_qo_heads != b.num_qo_heads || a.num_kv_heads != b.num_kv_heads ||
-      a.head_dim != b.head_dim || a.page_size != b.page_size)
-    return false;
-  const PlanLayout n = plan_layout(other.plan, 1.0);
-  for (int c = 0; c < kNumTileClasses; ++c)
-    if (n.class_items[c] > layout.class_items[c]) return false;
-  return n.items <= layout.items && n.rows <= layout.rows && n.ranges <= layout.ranges &&
-         n.page_ids <= layout.page_ids && n.masks <= layout.masks && n.slots <= layout.slots &&
-         n.queries <= layout.queries;
-}
+bool PyPlan::fits(const PyPlan& other) const { return plan_fits(other.plan, layout); }
 
 void PyPlan::update(const PyPlan& other, uintptr_t stream) {
   if (&other == this) return;
@@ -186,7 +143,7 @@ void PyPlan::update(const PyPlan& other, uintptr_t stream) {
                ", head_dim ", b.head_dim, ", page_size ", b.page_size, "; this plan is for ",
                a.num_qo_heads, "/", a.num_kv_heads, ", ", a.head_dim, ", ", a.page_size,
                " (update() keeps the shape: make a new plan instead)");
-  if (workspace != nullptr) {
+  if (device != nullptr) {
     TA_CHECK_ARG(fits(other), "plan",
                  "the new plan does not fit this plan's device layout (different heads/head_dim/"
                  "page_size, or more items/rows/ranges/pages/slots/queries than its capacity); "
@@ -241,7 +198,7 @@ void register_plan(nb::module_& m) {
       .def_prop_ro(
           "device_index",
           [](const PyPlan& p) -> nb::object {
-            return p.workspace ? nb::object(nb::int_(p.device_id)) : nb::object(nb::none());
+            return p.device ? nb::object(nb::int_(p.device_id)) : nb::object(nb::none());
           },
           "CUDA device holding the workspace, or None before first GPU use.")
       .def_prop_ro(

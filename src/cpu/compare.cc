@@ -3,38 +3,54 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "treeattn/common/error.h"
 
 namespace treeattn {
 namespace {
 
-/// Running maxima of one comparison.
+/// Running maxima of one array's comparison.
 struct Tally {
   double max_ref = 0, max_err = 0;
   bool nan = false;
-  void add(const double* ref, const float* out, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      const double o = static_cast<double>(out[i]);
-      if (!std::isfinite(o) || !std::isfinite(ref[i])) {
-        nan = true;
-        continue;
-      }
-      max_ref = std::max(max_ref, std::fabs(ref[i]));
-      max_err = std::max(max_err, std::fabs(o - ref[i]));
+  void add(double ref, double out) {
+    if (!std::isfinite(out) || !std::isfinite(ref)) {
+      nan = true;
+      return;
     }
+    max_ref = std::max(max_ref, std::fabs(ref));
+    max_err = std::max(max_err, std::fabs(out - ref));
   }
-  OracleComparison result(OutputDtype dtype) const {
-    OracleComparison c;
-    c.max_rel_err = max_ref > 0 ? max_err / max_ref : max_err;
-    c.nan = nan;
-    c.bound = oracle_tolerance(dtype);
-    c.pass = !nan && c.max_rel_err <= c.bound;
-    return c;
+  /// max_err / max(floor, max_ref); floor 0 for outputs (absolute when every ref is 0), 1 for LSEs.
+  double rel(double floor) const {
+    const double d = std::max(floor, max_ref);
+    return d > 0 ? max_err / d : max_err;
   }
 };
 
+OracleComparison finish(const Tally& out, const Tally& lse, OutputDtype dtype, OracleComparison c) {
+  c.max_rel_err = out.rel(0.0);
+  c.lse_rel_err = lse.rel(1.0);
+  c.nan = out.nan || lse.nan;
+  c.bound = oracle_tolerance(dtype);
+  c.pass = c.passes(c.bound);
+  return c;
+}
+
 }  // namespace
+
+std::string OracleComparison::describe() const {
+  char buf[160];
+  int n = std::snprintf(buf, sizeof(buf), "max_rel_err %.2e, lse_rel_err %.2e (bound %.1e)",
+                        max_rel_err, lse_rel_err, bound);
+  if (nan && n < static_cast<int>(sizeof(buf)))
+    n += std::snprintf(buf + n, sizeof(buf) - n, ", NaN");
+  if (bad_empty_rows > 0 && n < static_cast<int>(sizeof(buf)))
+    std::snprintf(buf + n, sizeof(buf) - n, ", %lld/%lld empty rows not exactly o = 0, lse = -inf",
+                  static_cast<long long>(bad_empty_rows), static_cast<long long>(empty_rows));
+  return buf;
+}
 
 double oracle_tolerance(OutputDtype dtype) {
   switch (dtype) {
@@ -49,26 +65,33 @@ double oracle_tolerance(OutputDtype dtype) {
   return 0;
 }
 
-OracleComparison compare_to_oracle(const double* ref, const float* out, int64_t n,
-                                   OutputDtype dtype) {
-  TA_CHECK_ARG(n >= 0, "n", "must be >= 0, got ", n);
-  TA_CHECK_ARG(n == 0 || (ref != nullptr && out != nullptr), "ref", "null array");
-  Tally t;
-  t.add(ref, out, n);
-  return t.result(dtype);
-}
-
-OracleComparison compare_rows_to_oracle(const double* ref, const float* out, int64_t row_size,
-                                        const std::vector<int32_t>& rows, OutputDtype dtype) {
-  TA_CHECK_ARG(row_size >= 0, "row_size", "must be >= 0, got ", row_size);
-  TA_CHECK_ARG(rows.empty() || (ref != nullptr && out != nullptr), "ref", "null array");
-  Tally t;
-  for (const int32_t r : rows) {
-    TA_CHECK_ARG(r >= 0, "rows", "negative row ", r);
-    const int64_t off = static_cast<int64_t>(r) * row_size;
-    t.add(ref + off, out + off, row_size);
+OracleComparison compare_to_oracle(const double* ref_out, const double* ref_lse, const float* out,
+                                   const float* lse, int64_t heads, int64_t head_dim,
+                                   const std::vector<int32_t>& queries, OutputDtype dtype) {
+  TA_CHECK_ARG(heads >= 1 && head_dim >= 1, "heads", "heads and head_dim must be >= 1, got ", heads,
+               " and ", head_dim);
+  TA_CHECK_ARG(queries.empty() || (ref_out != nullptr && ref_lse != nullptr && out != nullptr),
+               "ref_out", "null array");
+  Tally to, tl;
+  OracleComparison c;
+  for (const int32_t q : queries) {
+    TA_CHECK_ARG(q >= 0, "queries", "negative query ", q);
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t row = static_cast<int64_t>(q) * heads + h;
+      const float* o = out + row * head_dim;
+      if (ref_lse[row] == -INFINITY) {  // empty row: exactly the empty state
+        ++c.empty_rows;
+        bool ok = lse == nullptr || lse[row] == -INFINITY;
+        for (int64_t d = 0; d < head_dim && ok; ++d) ok = o[d] == 0.f;
+        c.bad_empty_rows += !ok;
+        continue;
+      }
+      const double* r = ref_out + row * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) to.add(r[d], static_cast<double>(o[d]));
+      if (lse != nullptr) tl.add(ref_lse[row], static_cast<double>(lse[row]));
+    }
   }
-  return t.result(dtype);
+  return finish(to, tl, dtype, c);
 }
 
 }  // namespace treeattn

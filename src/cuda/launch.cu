@@ -1,11 +1,14 @@
 // run_decode: validates DecodeArgs against the PlanLayout, derives the kernel parameter block
 // (workspace pointers at the layout's offsets, exp2-domain softmax scale) and dispatches over
 // (dtype, head_dim) to the generated launch_plan instantiations. Never synchronizes, allocates or
-// reads device memory from the host.
+// reads device memory from the host. Every status other than kOk leaves a message naming the
+// argument or limit (or the CUDA error) in last_cuda_error().
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdarg>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -62,6 +65,18 @@ namespace {
 
 constexpr float kLog2e = 1.44269504088896340736f;
 
+/// Sets the message of `st` (printf format) and returns `st`.
+Status fail(Status st, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+Status fail(Status st, const char* fmt, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  set_last_cuda_error(buf);
+  return st;
+}
+
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 bool stride_ok(int64_t s) { return s > 0 && s % 8 == 0; }
 
@@ -112,28 +127,62 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
                   cudaStream_t stream) {
   using namespace cuda_detail;
   const PlanShape& shape = layout.shape;
+  constexpr Status kBad = Status::kInvalidArgument;
+  set_last_cuda_error("");
   // ---- validation (no device reads)
   if (args.dtype != DType::kFloat16 && args.dtype != DType::kBFloat16)
-    return Status::kInvalidArgument;
+    return fail(kBad, "args.dtype: expected kFloat16 or kBFloat16, got %d",
+                static_cast<int>(args.dtype));
   if (shape.head_dim != 64 && shape.head_dim != 128 && shape.head_dim != 256)
-    return Status::kInvalidArgument;
+    return fail(kBad, "layout.shape.head_dim: expected 64, 128 or 256, got %d", shape.head_dim);
   if (shape.num_kv_heads <= 0 || shape.num_qo_heads <= 0 ||
-      shape.num_qo_heads % shape.num_kv_heads != 0 || shape.page_size < 1 || shape.dtype_bytes != 2)
-    return Status::kInvalidArgument;
-  if (workspace == nullptr || args.q == nullptr || args.k == nullptr || args.v == nullptr ||
-      args.out == nullptr)
-    return Status::kInvalidArgument;
-  if (!aligned16(workspace) || !aligned16(args.q) || !aligned16(args.k) || !aligned16(args.v) ||
-      !aligned16(args.out))
-    return Status::kInvalidArgument;
-  if (!stride_ok(args.q_stride_query) || !stride_ok(args.q_stride_head) ||
-      !stride_ok(args.page_stride) || !stride_ok(args.slot_stride) ||
-      !stride_ok(args.head_stride) || !stride_ok(args.o_stride_query) ||
-      !stride_ok(args.o_stride_head))
-    return Status::kInvalidArgument;
-  if (!(args.sm_scale >= 0.f) || !std::isfinite(args.sm_scale)) return Status::kInvalidArgument;
+      shape.num_qo_heads % shape.num_kv_heads != 0)
+    return fail(kBad,
+                "layout.shape: num_qo_heads %d must be a positive multiple of num_kv_heads %d",
+                shape.num_qo_heads, shape.num_kv_heads);
+  if (shape.page_size < 1 || shape.dtype_bytes != 2)
+    return fail(kBad, "layout.shape: page_size %d must be >= 1 and dtype_bytes %d must be 2",
+                shape.page_size, shape.dtype_bytes);
+  const struct {
+    const void* ptr;
+    const char* name;
+  } ptrs[] = {{workspace, "workspace"},
+              {args.q, "args.q"},
+              {args.k, "args.k"},
+              {args.v, "args.v"},
+              {args.out, "args.out"}};
+  for (const auto& p : ptrs) {
+    if (p.ptr == nullptr) return fail(kBad, "%s: null pointer", p.name);
+    if (!aligned16(p.ptr)) return fail(kBad, "%s: must be 16-byte aligned", p.name);
+  }
+  const struct {
+    int64_t stride;
+    const char* name;
+  } strides[] = {
+      {args.q_stride_query, "args.q_stride_query"}, {args.q_stride_head, "args.q_stride_head"},
+      {args.page_stride, "args.page_stride"},       {args.slot_stride, "args.slot_stride"},
+      {args.head_stride, "args.head_stride"},       {args.o_stride_query, "args.o_stride_query"},
+      {args.o_stride_head, "args.o_stride_head"}};
+  for (const auto& s : strides)
+    if (!stride_ok(s.stride))
+      return fail(kBad, "%s: must be a positive multiple of 8 elements, got %lld", s.name,
+                  static_cast<long long>(s.stride));
+  if (!(args.sm_scale >= 0.f) || !std::isfinite(args.sm_scale))
+    return fail(kBad, "args.sm_scale: must be finite and >= 0 (0 = 1/sqrt(head_dim)), got %g",
+                static_cast<double>(args.sm_scale));
   const int64_t total_items = layout.class_items[0] + layout.class_items[1] + layout.class_items[2];
   if (total_items <= 0 && layout.slots <= 0) return Status::kOk;  // nothing to run
+  // grid limits of the launches (gridDim.x < 2^31, gridDim.y <= 65535)
+  for (int c = 0; c < kNumTileClasses; ++c)
+    if (layout.class_items[c] > 0x7fffffff)
+      return fail(Status::kUnsupported, "layout.class_items[%d] = %lld exceeds 2^31 - 1", c,
+                  static_cast<long long>(layout.class_items[c]));
+  if (shape.num_kv_heads > 65535)
+    return fail(Status::kUnsupported, "layout.shape.num_kv_heads = %d exceeds 65535",
+                shape.num_kv_heads);
+  if (layout.queries > 0x7fffffff)
+    return fail(Status::kUnsupported, "layout.queries = %lld exceeds 2^31 - 1",
+                static_cast<long long>(layout.queries));
 
   // ---- parameter block
   auto* base = static_cast<unsigned char*>(workspace);
@@ -167,11 +216,14 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
       args.sm_scale > 0.f ? args.sm_scale : 1.f / std::sqrt(static_cast<float>(shape.head_dim));
   p.scale_log2 = sm_scale * kLog2e;
 
-  return dispatch_dtype(args.dtype, [&](auto dt) {
+  const Status st = dispatch_dtype(args.dtype, [&](auto dt) {
     return dispatch_head_dim(shape.head_dim, [&](auto hd) {
       return launch_plan<decltype(dt)::value, decltype(hd)::value>(p, layout, stream);
     });
   });
+  if (st != Status::kOk && last_cuda_error()[0] == '\0')  // a launcher status without a message
+    fail(st, "launch of the head_dim %d kernels: %s", shape.head_dim, status_string(st));
+  return st;
 }
 
 }  // namespace treeattn

@@ -1,6 +1,7 @@
 // Device-side layout of a plan: plan_layout() computes every buffer's capacity and 256-byte
 // aligned offset plus the workspace size in one place; pack_plan() writes the plan's metadata
-// into host memory in exactly that layout (the caller copies [0, metadata_bytes) to the device).
+// into host memory in exactly that layout (the caller copies [0, metadata_bytes) to the device);
+// plan_fits() says whether a later plan can reuse a layout.
 //
 // Workspace, in order (each array starts on a 256-byte boundary):
 //   DeviceHeader
@@ -79,6 +80,19 @@ PlanLayout plan_layout(const Plan& plan, double headroom) {
   L.partial_lse_off = place(L.slots * L.num_qo_heads * static_cast<int64_t>(sizeof(float)));
   L.total_bytes = off;
   return L;
+}
+
+bool plan_fits(const Plan& plan, const PlanLayout& layout) {
+  const PlanShape &a = layout.shape, &b = plan.shape;
+  if (a.num_qo_heads != b.num_qo_heads || a.num_kv_heads != b.num_kv_heads ||
+      a.head_dim != b.head_dim || a.page_size != b.page_size)
+    return false;
+  const PlanLayout n = plan_layout(plan, 1.0);
+  for (int c = 0; c < kNumTileClasses; ++c)
+    if (n.class_items[c] > layout.class_items[c]) return false;
+  return n.items <= layout.items && n.rows <= layout.rows && n.ranges <= layout.ranges &&
+         n.page_ids <= layout.page_ids && n.masks <= layout.masks && n.slots <= layout.slots &&
+         n.queries <= layout.queries;
 }
 
 void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata) {

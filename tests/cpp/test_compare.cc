@@ -1,6 +1,7 @@
 // Tests of compare_to_oracle() (include/treeattn/cpu/compare.h): the measure is relative to the
 // largest reference value, NaN and infinity never pass, the bound follows the output dtype, and
-// the row-sampled form only looks at the given rows.
+// the attention form only looks at the sampled queries and accepts an empty row (oracle LSE -inf)
+// only as exactly o = 0, lse = -inf.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,19 +12,27 @@
 namespace treeattn {
 namespace {
 
+/// One query, one head: `out` against `ref` (head_dim = size), LSE not compared.
+OracleComparison compare_row(const std::vector<double>& ref, const std::vector<float>& out,
+                             OutputDtype dtype) {
+  const double ref_lse = 0.0;
+  return compare_to_oracle(ref.data(), &ref_lse, out.data(), nullptr, 1,
+                           static_cast<int64_t>(ref.size()), {0}, dtype);
+}
+
 TEST(CompareToOracle, RelativeToLargestReference) {
   const std::vector<double> ref = {2.0, -4.0, 0.0, 1e-9};
   std::vector<float> out = {2.0f, -4.0f, 0.0f, 0.0f};
-  OracleComparison c = compare_to_oracle(ref.data(), out.data(), 4, OutputDtype::kFp32);
+  OracleComparison c = compare_row(ref, out, OutputDtype::kFp32);
   EXPECT_TRUE(c.pass);  // the tiny element's relative error does not count on its own
   EXPECT_NEAR(c.max_rel_err, 1e-9 / 4.0, 1e-15);
   out[0] = 2.0f + 4.0f * 5e-4f;  // 5e-4 of max |ref|: fails fp32, passes fp16 and bf16
-  c = compare_to_oracle(ref.data(), out.data(), 4, OutputDtype::kFp32);
+  c = compare_row(ref, out, OutputDtype::kFp32);
   EXPECT_FALSE(c.pass);
   EXPECT_NEAR(c.max_rel_err, 5e-4, 1e-6);
   EXPECT_EQ(c.bound, oracle_tolerance(OutputDtype::kFp32));
-  EXPECT_TRUE(compare_to_oracle(ref.data(), out.data(), 4, OutputDtype::kFp16).pass);
-  EXPECT_TRUE(compare_to_oracle(ref.data(), out.data(), 4, OutputDtype::kBf16).pass);
+  EXPECT_TRUE(compare_row(ref, out, OutputDtype::kFp16).pass);
+  EXPECT_TRUE(compare_row(ref, out, OutputDtype::kBf16).pass);
   EXPECT_LT(oracle_tolerance(OutputDtype::kFp32), oracle_tolerance(OutputDtype::kFp16));
   EXPECT_LT(oracle_tolerance(OutputDtype::kFp16), oracle_tolerance(OutputDtype::kBf16));
 }
@@ -32,7 +41,7 @@ TEST(CompareToOracle, NanAndInfinityNeverPass) {
   const std::vector<double> ref = {1.0, 2.0};
   for (const float bad : {NAN, INFINITY, -INFINITY}) {
     const std::vector<float> out = {1.0f, bad};
-    const OracleComparison c = compare_to_oracle(ref.data(), out.data(), 2, OutputDtype::kBf16);
+    const OracleComparison c = compare_row(ref, out, OutputDtype::kBf16);
     EXPECT_TRUE(c.nan);
     EXPECT_FALSE(c.pass);
   }
@@ -41,17 +50,58 @@ TEST(CompareToOracle, NanAndInfinityNeverPass) {
 TEST(CompareToOracle, AllZeroReferenceIsAbsolute) {
   const std::vector<double> ref = {0.0, 0.0};
   const std::vector<float> out = {0.0f, 1e-3f};
-  const OracleComparison c = compare_to_oracle(ref.data(), out.data(), 2, OutputDtype::kFp16);
+  const OracleComparison c = compare_row(ref, out, OutputDtype::kFp16);
   EXPECT_NEAR(c.max_rel_err, 1e-3, 1e-9);
   EXPECT_TRUE(c.pass);
 }
 
-TEST(CompareToOracle, RowsOnlyLooksAtTheSample) {
-  // 3 rows of 2; row 1 is poisoned (not computed), rows 0 and 2 match.
-  const std::vector<double> ref = {1, 2, 3, 4, 5, 6};
-  const std::vector<float> out = {1, 2, NAN, NAN, 5, 6};
-  EXPECT_TRUE(compare_rows_to_oracle(ref.data(), out.data(), 2, {0, 2}, OutputDtype::kFp32).pass);
-  EXPECT_FALSE(compare_rows_to_oracle(ref.data(), out.data(), 2, {1}, OutputDtype::kFp32).pass);
+TEST(CompareToOracle, QueriesOnlyLooksAtTheSample) {
+  // 3 queries x 1 head x head_dim 2; query 1 is poisoned (not computed), 0 and 2 match.
+  const std::vector<double> ref = {1, 2, 3, 4, 5, 6}, ref_lse = {0.5, 0.6, 0.7};
+  const std::vector<float> out = {1, 2, NAN, NAN, 5, 6}, lse = {0.5f, NAN, 0.7f};
+  auto cmp = [&](const std::vector<int32_t>& qs) {
+    return compare_to_oracle(ref.data(), ref_lse.data(), out.data(), lse.data(), 1, 2, qs,
+                             OutputDtype::kFp32);
+  };
+  EXPECT_TRUE(cmp({0, 2}).pass);
+  EXPECT_FALSE(cmp({1}).pass);
+  EXPECT_TRUE(cmp({1}).nan);
+}
+
+TEST(CompareToOracle, EmptyRowsMustBeExactlyTheEmptyState) {
+  // 1 query x 2 heads x head_dim 2: head 0 sees keys, head 1 none (oracle o = 0, lse = -inf).
+  const std::vector<double> ref = {1, 2, 0, 0}, ref_lse = {0.5, -INFINITY};
+  std::vector<float> out = {1, 2, 0, 0}, lse = {0.5f, -INFINITY};
+  auto cmp = [&](const float* l) {
+    return compare_to_oracle(ref.data(), ref_lse.data(), out.data(), l, 2, 2, {0},
+                             OutputDtype::kBf16);
+  };
+  OracleComparison c = cmp(lse.data());
+  EXPECT_TRUE(c.pass) << c.describe();
+  EXPECT_EQ(c.empty_rows, 1);
+  EXPECT_EQ(c.lse_rel_err, 0.0);          // the empty row takes no part in the measure
+  EXPECT_TRUE(cmp(nullptr).pass);         // without LSE output, the output alone is checked
+  for (const float bad : {1e-6f, NAN}) {  // a tiny output or NaN in an empty row fails
+    out[3] = bad;
+    c = cmp(lse.data());
+    EXPECT_FALSE(c.pass);
+    EXPECT_EQ(c.bad_empty_rows, 1);
+    EXPECT_FALSE(cmp(nullptr).pass);
+  }
+  out[3] = 0;
+  for (const float bad : {-1e30f, 0.f, NAN, INFINITY}) {  // the LSE must be exactly -inf
+    lse[1] = bad;
+    EXPECT_FALSE(cmp(lse.data()).pass) << bad;
+  }
+  lse[1] = -INFINITY;
+  lse[0] = -INFINITY;  // an empty state where the oracle saw keys
+  EXPECT_FALSE(cmp(lse.data()).pass);
+  // LSEs near 0: the error is measured against max(1, max |ref|)
+  const std::vector<double> r1 = {1, 2}, l1 = {-7.9e-4};
+  const std::vector<float> o1 = {1, 2}, g1 = {-7.9e-4f + 2e-7f};
+  c = compare_to_oracle(r1.data(), l1.data(), o1.data(), g1.data(), 1, 2, {0}, OutputDtype::kFp32);
+  EXPECT_TRUE(c.pass) << c.describe();
+  EXPECT_LT(c.lse_rel_err, 1e-6);
 }
 
 }  // namespace

@@ -3,8 +3,9 @@
 // updates (append with copy-on-write forks, fork, remove), a model shape and a device; then every
 // planner (planner_names(), auto included) must return a plan that passes validate_plan and
 // check_coverage, lays out and packs with a fuzzed headroom, and has finite statistics; for one
-// planner per input the CPU executor must match the float64 oracle. Only std::invalid_argument
-// from the tree updates is expected; any other exception, a crash or a mismatch aborts.
+// planner per input the CPU executor must match the float64 oracle (compare_to_oracle, fp32). Only
+// std::invalid_argument from the tree updates is expected; any other exception, a crash or a
+// mismatch aborts.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "fuzz_bytes.h"
+#include "treeattn/cpu/compare.h"
 #include "treeattn/cpu/executor.h"
 #include "treeattn/cpu/random_inputs.h"
 #include "treeattn/cpu/reference.h"
@@ -145,15 +147,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<float> out(rows * opts.head_dim, NAN), lse(rows, NAN);
     reference_attention(tree, hin, {}, ref.data(), ref_lse.data());
     execute_plan_cpu(sub, hin, out.data(), lse.data());
-    double max_ref = 0, max_err = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      if (!std::isfinite(out[i])) fail();
-      max_ref = std::max(max_ref, std::fabs(ref[i]));
-      max_err = std::max(max_err, std::fabs(out[i] - ref[i]));
-    }
-    for (size_t i = 0; i < rows; ++i)
-      if (!(std::fabs(lse[i] - ref_lse[i]) <= 2e-3)) fail();
-    if (max_err > 2e-3 * std::max(max_ref, 1e-30)) fail();
+    std::vector<int32_t> all(static_cast<size_t>(tree.num_queries()));
+    for (int32_t q = 0; q < tree.num_queries(); ++q) all[q] = q;
+    if (!compare_to_oracle(ref.data(), ref_lse.data(), out.data(), lse.data(), group, opts.head_dim,
+                           all, OutputDtype::kFp32)
+             .pass)
+      fail();
   }
   return 0;
 }

@@ -1,16 +1,19 @@
-// `treeattn bench`: GPU benchmark of run_decode against the physical floor.
+// `treeattn bench`: GPU benchmark of the decode kernels (through DevicePlan) against the physical
+// floor.
 //
 // In one process: (1) ceilings: HBM read bandwidth from a streaming-read kernel (16-byte loads over
 // 2 GiB, median of 15) and the tensor-core rate from cuBLAS (fp16 GEMM 8192^3, fp32 compute,
 // median of 10); (2) per problem (tree / levels / workload line) and planner: plan on the host
 // (not timed), upload, fill inputs on the GPU from a counter hash (values in [-1, 1) rounded to the
 // dtype, never zeros), one checked run against the float64 oracle on a sample of queries
-// (max_rel_err = max|out - ref| / max|ref|; the oracle runs on a sub-tree of the sampled queries'
-// paths whose K/V values the host recomputes from the same hash), then >= 50 timed runs, each
-// after an L2 flush (cudaMemsetAsync over >= 2x L2, outside the events), CUDA events around
-// run_decode only, median. Floor = max(bytes_min / hbm, flops_min / tc) as in
-// bench/NOTES.md ("The two numbers"). Baseline: the `query` planner (FlashDecoding-style split-KV)
-// through the same kernel, timed the same way, on every line.
+// (compare_to_oracle on outputs and LSEs, treeattn/cpu/compare.h; the oracle runs on a sub-tree of
+// the sampled queries' paths whose K/V values the host recomputes from the same hash), then >= 50
+// timed runs, each after an L2 flush (cudaMemsetAsync over >= 2x L2, outside the events), CUDA
+// events around DevicePlan::run only, median. A planner that throws, a failed check or a CUDA
+// error on a line is a failure: the line is reported and the exit status is nonzero. Floor =
+// max(bytes_min / hbm, flops_min / tc) as in bench/NOTES.md ("The two numbers"). Baseline: the
+// `query` planner (FlashDecoding-style split-KV) through the same kernel, timed the same way, on
+// every line.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -34,6 +37,7 @@
 #include "treeattn/cpu/compare.h"
 #include "treeattn/cpu/reference.h"
 #include "treeattn/kernels/decode.h"
+#include "treeattn/kernels/device_plan.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/stats.h"
 
@@ -197,6 +201,7 @@ struct Result {
 struct RefSample {
   std::vector<int32_t> queries;
   std::vector<double> out;  ///< [sample, H, D]
+  std::vector<double> lse;  ///< [sample, H]
 };
 
 /// The float64 oracle on a sub-tree holding only the sampled queries' paths (K/V values recomputed
@@ -267,23 +272,30 @@ RefSample reference_sample(const Problem& pb, uint64_t seed, bool bf16) {
   RefSample rs;
   rs.queries = sample;
   rs.out.resize(sample.size() * H * D);
-  std::vector<double> lse(sample.size() * H);
-  reference_attention(sub, in, {}, rs.out.data(), lse.data());
+  rs.lse.resize(sample.size() * H);
+  reference_attention(sub, in, {}, rs.out.data(), rs.lse.data());
   return rs;
 }
 
-/// The GPU output (host copy) of the sampled queries against the oracle (compare_to_oracle).
+/// The GPU output and LSE (host copies) of the sampled queries against the oracle.
 OracleComparison compare_sample(const Problem& pb, const RefSample& rs,
-                                const std::vector<uint16_t>& out, bool bf16) {
-  const int64_t HD = static_cast<int64_t>(pb.num_qo_heads) * pb.head_dim;
-  std::vector<float> got(rs.queries.size() * HD);
-  for (size_t i = 0; i < rs.queries.size(); ++i)
+                                const std::vector<uint16_t>& out, const std::vector<float>& lse,
+                                bool bf16) {
+  const int64_t H = pb.num_qo_heads, HD = H * pb.head_dim;
+  const size_t n = rs.queries.size();
+  std::vector<float> got(n * HD), got_lse(n * H);
+  std::vector<int32_t> rows(n);
+  for (size_t i = 0; i < n; ++i) {
+    rows[i] = static_cast<int32_t>(i);
+    const size_t q = static_cast<size_t>(rs.queries[i]);
     for (int64_t e = 0; e < HD; ++e) {
-      const uint16_t b = out[static_cast<size_t>(rs.queries[i]) * HD + e];
+      const uint16_t b = out[q * HD + e];
       got[i * HD + e] = bf16 ? bf16_bits_to_float(b) : half_bits_to_float(b);
     }
-  return compare_to_oracle(rs.out.data(), got.data(), static_cast<int64_t>(got.size()),
-                           bf16 ? OutputDtype::kBf16 : OutputDtype::kFp16);
+    for (int64_t h = 0; h < H; ++h) got_lse[i * H + h] = lse[q * H + h];
+  }
+  return compare_to_oracle(rs.out.data(), rs.lse.data(), got.data(), got_lse.data(), H, pb.head_dim,
+                           rows, bf16 ? OutputDtype::kBf16 : OutputDtype::kFp16);
 }
 
 struct Timer {
@@ -294,7 +306,7 @@ struct Timer {
 };
 
 /// Plans, uploads, checks once and times `runs` runs. Throws on CUDA errors; returns false (and
-/// counts a failure) if the planner throws.
+/// counts a failure, so the exit status is nonzero) if the planner throws.
 int g_planner_failures = 0;
 /// The planners' view of this GPU: the preset matching its name, with the SM count and the two
 /// ceilings measured in this process (set in bench_command before any planning).
@@ -313,17 +325,13 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   try {
     plan = make_plan(pb.tree, opts);
   } catch (const std::exception& e) {
-    std::printf("  !!!! PLANNER FAILED: %s planner=%s: %s\n", pb.name.c_str(), planner.c_str(),
-                e.what());
+    std::printf("  !!!! PLANNER FAILED: %s planner=%s: %s (line skipped: counted as a failure)\n",
+                pb.name.c_str(), planner.c_str(), e.what());
     ++g_planner_failures;
     return false;
   }
-  const PlanLayout layout = plan_layout(plan);
-  std::vector<unsigned char> meta(static_cast<size_t>(layout.metadata_bytes));
-  pack_plan(plan, layout, meta.data());
-  void* ws = nullptr;
-  BENCH_CUDA(cudaMalloc(&ws, std::max<int64_t>(layout.total_bytes, 256)));
-  BENCH_CUDA(cudaMemcpy(ws, meta.data(), meta.size(), cudaMemcpyHostToDevice));
+  DevicePlan dp;
+  dp.upload(plan, tm.stream);
   const int64_t H = pb.num_qo_heads, KH = pb.num_kv_heads, D = pb.head_dim;
   const int64_t nq = pb.tree.num_queries();
   DecodeArgs a;
@@ -331,45 +339,39 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   a.q = in.q;
   a.q_stride_query = H * D;
   a.q_stride_head = D;
-  a.k = in.k;
-  a.v = in.v;
-  a.page_stride = static_cast<int64_t>(pb.tree.page_size) * KH * D;
-  a.slot_stride = KH * D;
-  a.head_stride = D;
+  set_kv_split(&a, in.k, in.v, split_kv_strides(pb.tree.page_size, KH, D));
   a.out = in.out;
   a.o_stride_query = H * D;
   a.o_stride_head = D;
   a.lse = in.lse;
-  // checked run on a poisoned output
-  BENCH_CUDA(cudaMemset(in.out, 0xFF, nq * H * D * 2));
-  Status st = run_decode(layout, ws, a, tm.stream);
-  if (st != Status::kOk)
-    throw std::runtime_error(std::string("run_decode: ") + status_string(st) + " " +
-                             last_cuda_error());
+  // checked run on poisoned outputs
+  BENCH_CUDA(cudaMemsetAsync(in.out, 0xFF, nq * H * D * 2, tm.stream));
+  BENCH_CUDA(cudaMemsetAsync(in.lse, 0xFF, nq * H * 4, tm.stream));
+  dp.run(a, tm.stream);
   BENCH_CUDA(cudaStreamSynchronize(tm.stream));
   std::vector<uint16_t> out(nq * H * D);
+  std::vector<float> lse(nq * H);
   BENCH_CUDA(cudaMemcpy(out.data(), in.out, out.size() * 2, cudaMemcpyDeviceToHost));
-  const OracleComparison cmp = compare_sample(pb, ref, out, bf16);
+  BENCH_CUDA(cudaMemcpy(lse.data(), in.lse, lse.size() * 4, cudaMemcpyDeviceToHost));
+  const OracleComparison cmp = compare_sample(pb, ref, out, lse, bf16);
   res->max_rel_err = cmp.max_rel_err;
   res->check_ok = cmp.pass;
   if (!res->check_ok)
-    std::printf("  !!!! CHECK FAILED: %s planner=%s max_rel_err=%.3g%s\n", pb.name.c_str(),
-                planner.c_str(), res->max_rel_err, cmp.nan ? " (NaN)" : "");
+    std::printf("  !!!! CHECK FAILED: %s planner=%s %s\n", pb.name.c_str(), planner.c_str(),
+                cmp.describe().c_str());
   // timed runs
   std::vector<double> ms;
   for (int r = 0; r < runs + 3; ++r) {
     BENCH_CUDA(cudaMemsetAsync(tm.flush, r & 0xFF, tm.flush_bytes, tm.stream));
     BENCH_CUDA(cudaEventRecord(tm.e0, tm.stream));
-    st = run_decode(layout, ws, a, tm.stream);
+    dp.run(a, tm.stream);
     BENCH_CUDA(cudaEventRecord(tm.e1, tm.stream));
-    if (st != Status::kOk) throw std::runtime_error("run_decode failed while timing");
     BENCH_CUDA(cudaEventSynchronize(tm.e1));
     float t = 0;
     BENCH_CUDA(cudaEventElapsedTime(&t, tm.e0, tm.e1));
     if (r >= 3) ms.push_back(t);
   }
   BENCH_CUDA(cudaGetLastError());
-  cudaFree(ws);
   res->median_ms = median(ms);
   res->items = static_cast<int64_t>(plan.items.size());
   const PlanStats stats = plan_stats(pb.tree, plan, opts.device);
@@ -485,10 +487,11 @@ int bench_command(int argc, char** argv) {
     const bool have_base = run_one(pb, "query", in, bf16, ref, runs, tm, &base);
     for (const std::string& pl : planners) {
       Result r;
-      if (pl == "query" && have_base) {
+      if (pl == "query") {
+        if (!have_base) continue;  // the baseline's failure is already counted
         r = base;
       } else if (!run_one(pb, pl, in, bf16, ref, runs, tm, &r)) {
-        continue;
+        continue;  // counted in g_planner_failures: the exit status is nonzero
       }
       r.workload = wname;
       r.set = pb.set;

@@ -1,6 +1,6 @@
 // compare_to_oracle(): the one rule for "an attention output matches the float64 oracle"
-// (reference_attention, reference.h), used by the CPU tests, `treeattn check`, the benchmark and
-// the GPU tests.
+// (reference_attention, reference.h), used by the CPU tests, the planner fuzzer, `treeattn check`,
+// `treeattn bench` and the GPU tests. No caller has a tolerance of its own.
 //
 // The rule. Error measure: max_rel_err = max_i |out_i - ref_i| / max_i |ref_i| over every checked
 // element (the absolute max_i |out_i - ref_i| when every ref_i is 0). The measure is relative to
@@ -12,11 +12,18 @@
 //   fp16  2e-3  outputs rounded to fp16 (2^-11 relative) after fp16 P x V MMAs with fp32
 //               accumulation (the CUDA kernels);
 //   bf16  1e-2  the same with bf16 (2^-8 relative).
-// LSE arrays (float32 whatever the output dtype) are compared with the same function and the
-// same bound as the output they belong to.
+// LSEs (natural log, float32 whatever the output dtype) get the same bound as the output they
+// belong to, on lse_rel_err = max |lse - ref| / max(1, max |ref|): an LSE is a logarithm, so an
+// error d in it is a relative error d of the softmax denominator, and LSEs near 0 (one visible
+// key with a score near 0) must not turn a tiny absolute error into a large relative one.
+//
+// Empty rows. A (query, head) row whose oracle LSE is -inf sees no key (zero context, or every key
+// masked); its result is the empty attention state, and it passes only when its output is exactly
+// 0 and its LSE exactly -inf (NaN never passes). Empty rows take no part in the error measures.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace treeattn {
@@ -27,18 +34,28 @@ enum class OutputDtype { kFp32, kFp16, kBf16 };
 double oracle_tolerance(OutputDtype dtype);
 
 struct OracleComparison {
-  double max_rel_err = 0;  ///< max |out - ref| / max |ref| (absolute when max |ref| == 0)
-  bool nan = false;        ///< some checked element of out or ref is NaN or infinite
-  double bound = 0;        ///< oracle_tolerance(dtype)
-  bool pass = false;       ///< !nan && max_rel_err <= bound
+  double max_rel_err = 0;  ///< outputs: max |out - ref| / max |ref| (absolute when max |ref| == 0)
+  double lse_rel_err = 0;  ///< LSEs: max |lse - ref| / max(1, max |ref|) (0 when not compared)
+  bool nan = false;        ///< a checked value of out/lse or ref is NaN or +-inf (empty rows aside)
+  int64_t empty_rows = 0;  ///< checked (query, head) rows with oracle LSE -inf
+  int64_t bad_empty_rows = 0;  ///< of those, rows not exactly o = 0, lse = -inf
+  double bound = 0;            ///< oracle_tolerance(dtype)
+  bool pass = false;           ///< passes(bound)
+  /// The rule with another bound (`treeattn check --tolerance`).
+  bool passes(double b) const {
+    return !nan && bad_empty_rows == 0 && max_rel_err <= b && lse_rel_err <= b;
+  }
+  /// "max_rel_err 1.2e-04, lse_rel_err 3.0e-06 (bound 2.0e-03)", plus "NaN" and "k/n empty rows
+  /// not exactly o = 0, lse = -inf" when they occur.
+  std::string describe() const;
 };
 
-/// Compares `n` produced values `out` with the float64 oracle's `ref`, element by element.
-OracleComparison compare_to_oracle(const double* ref, const float* out, int64_t n,
-                                   OutputDtype dtype);
-
-/// The same over the rows `rows` only of [num_rows, row_size] arrays (sampled queries).
-OracleComparison compare_rows_to_oracle(const double* ref, const float* out, int64_t row_size,
-                                        const std::vector<int32_t>& rows, OutputDtype dtype);
+/// Compares one attention result with the oracle's, over the queries `queries` only (sampled
+/// queries; the others are not read). Outputs are [num_queries, heads, head_dim], LSEs
+/// [num_queries, heads], dense. `lse` may be null (a run without LSE output): then only the
+/// outputs are compared, empty rows included; `ref_lse` is always needed (it marks empty rows).
+OracleComparison compare_to_oracle(const double* ref_out, const double* ref_lse, const float* out,
+                                   const float* lse, int64_t heads, int64_t head_dim,
+                                   const std::vector<int32_t>& queries, OutputDtype dtype);
 
 }  // namespace treeattn

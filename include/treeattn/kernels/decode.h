@@ -1,7 +1,8 @@
 // CUDA entry points: run a Plan's work items (paged tree attention on tensor cores) and the
-// per-query LSE merge. run() never synchronizes and never allocates: the caller owns the
+// per-query LSE merge. run_decode() never synchronizes and never allocates: the caller owns the
 // workspace (plan_layout(plan).total_bytes bytes, device memory) and uploads the plan metadata
 // (pack_plan into host memory, then a host->device copy of [0, layout.metadata_bytes)).
+// DevicePlan (device_plan.h) does both and fills the KV strides below.
 //
 // KV layout: page p, slot s, kv head h, element d of K lives at
 //   k + p * page_stride + s * slot_stride + h * head_stride + d     (elements)
@@ -42,11 +43,12 @@ const char* status_string(Status s);
 /// Launches the attention kernels (one per non-empty tile class) and the merge on `stream`.
 /// `workspace` is the device workspace laid out as `layout` with the metadata already uploaded.
 /// Capturable in a CUDA graph; replaying it after uploading a later plan's metadata that fits the
-/// same layout runs that plan.
+/// same layout runs that plan. Every status other than kOk comes with a message in
+/// last_cuda_error() naming the argument, the limit or the CUDA error.
 Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& args,
                   cudaStream_t stream);
 
-/// Last CUDA error string seen by run_decode (thread-local), for messages.
+/// Message of the last non-kOk status run_decode returned on this thread ("" after kOk).
 const char* last_cuda_error();
 
 }  // namespace treeattn

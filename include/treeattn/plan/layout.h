@@ -40,6 +40,10 @@ struct PlanLayout {
 
 /// Headroom > 1 sizes every capacity up (for graph replay over later, larger plans).
 PlanLayout plan_layout(const Plan& plan, double headroom = 1.0);
+/// True when `plan` can be packed into `layout` (a workspace laid out for an earlier plan): same
+/// heads, head_dim and page size, and every count within the layout's capacities.
+bool plan_fits(const Plan& plan, const PlanLayout& layout);
+
 /// Writes the plan's metadata into host memory laid out as `layout` ([0, layout.metadata_bytes)).
 /// Throws std::invalid_argument naming "layout" if the plan exceeds its capacities.
 void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata);

@@ -1,10 +1,6 @@
-// GPU test helpers (see gpu_test_util.h). The error bound is the usual one for attention kernels
-// (FlashAttention's tests): the kernel
-// passes iff max |gpu - ref| <= 2 * max |naive - ref| + 1e-3 over every checked element, where
-// ref is the float64 oracle and naive is a same-precision implementation on the CPU (fp32 dot
-// products and softmax, P rounded to the dtype before P.V, fp32 accumulation, output rounded to
-// the dtype); NaN never passes. The LSE (natural log) gets the same rule against the naive fp32
-// LSE.
+// GPU test helpers (see gpu_test_util.h): inputs on the device, runs through DevicePlan, and the
+// check against the float64 oracle, which is compare_to_oracle's rule (treeattn/cpu/compare.h:
+// the fp16 / bf16 bound, empty rows exactly o = 0 and lse = -inf, NaN never passes).
 #include "gpu_test_util.h"
 
 #include <algorithm>
@@ -23,14 +19,6 @@ std::string Case::describe() const {
   os << "planner=" << planner << (bf16 ? " bf16" : " fp16") << " heads=" << num_qo_heads << "/"
      << num_kv_heads << " dim=" << head_dim << (combined_kv ? " combined-kv" : "")
      << " seed=" << seed;
-  return os.str();
-}
-
-std::string CheckResult::describe() const {
-  std::ostringstream os;
-  os << "max_err=" << max_err << " (bound " << bound << ", naive " << naive_err
-     << ") lse_err=" << max_lse_err << " (bound " << lse_bound << ") nan=" << nan_count
-     << " checked=" << checked;
   return os.str();
 }
 
@@ -53,60 +41,10 @@ std::vector<int32_t> sample_queries(int32_t num_queries, int32_t k) {
   return s;
 }
 
-namespace {
-
-float round_dt(float x, bool bf16) { return bf16 ? round_to_bf16(x) : round_to_fp16(x); }
-
-/// Naive same-precision attention for one query (all heads): out [H, D], lse [H].
-void naive_query(const PrefixTree& tree, const Case& c, const std::vector<float>& q,
-                 const std::vector<float>& k, const std::vector<float>& v, int32_t query,
-                 std::vector<float>* out, std::vector<float>* lse) {
-  const int64_t H = c.num_qo_heads, KH = c.num_kv_heads, D = c.head_dim, P = tree.page_size;
-  const int64_t group = H / KH;
-  std::vector<int64_t> tok;
-  for (const int32_t n : query_path(tree, query)) {
-    const TreeNode& node = tree.nodes[n];
-    for (int64_t i = 0; i < node.tokens; ++i) {
-      const int64_t pos = node.page_offset + i;
-      tok.push_back((static_cast<int64_t>(node.pages[pos / P]) * P + pos % P) * KH * D);
-    }
-  }
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  out->assign(H * D, 0.f);
-  lse->assign(H, -INFINITY);
-  std::vector<float> s(tok.size()), acc(D);
-  for (int64_t h = 0; h < H; ++h) {
-    const float* qh = &q[(query * H + h) * D];
-    const int64_t kvh = h / group;
-    float m = -INFINITY;
-    for (size_t t = 0; t < tok.size(); ++t) {
-      const float* kt = &k[tok[t] + kvh * D];
-      float dot = 0.f;
-      for (int64_t d = 0; d < D; ++d) dot += qh[d] * kt[d];
-      s[t] = dot * scale;
-      m = std::max(m, s[t]);
-    }
-    if (tok.empty()) continue;
-    float l = 0.f;
-    std::fill(acc.begin(), acc.end(), 0.f);
-    for (size_t t = 0; t < tok.size(); ++t) {
-      const float p = std::exp(s[t] - m);
-      l += p;
-      const float pr = round_dt(p, c.bf16);
-      const float* vt = &v[tok[t] + kvh * D];
-      for (int64_t d = 0; d < D; ++d) acc[d] += pr * vt[d];
-    }
-    for (int64_t d = 0; d < D; ++d) (*out)[h * D + d] = round_dt(acc[d] / l, c.bf16);
-    (*lse)[h] = m + std::log(l);
-  }
-}
-
-}  // namespace
-
-CheckResult check_outputs(const PrefixTree& tree, const Case& c, const std::vector<float>& q,
-                          const std::vector<float>& k, const std::vector<float>& v,
-                          const std::vector<uint16_t>& out_bits, const std::vector<float>& lse,
-                          const std::vector<int32_t>& queries) {
+OracleComparison check_outputs(const PrefixTree& tree, const Case& c, const std::vector<float>& q,
+                               const std::vector<float>& k, const std::vector<float>& v,
+                               const std::vector<uint16_t>& out_bits, const std::vector<float>& lse,
+                               const std::vector<int32_t>& queries) {
   const int64_t H = c.num_qo_heads, D = c.head_dim, nq = tree.num_queries();
   HostAttentionInputs in;
   in.num_qo_heads = c.num_qo_heads;
@@ -117,122 +55,120 @@ CheckResult check_outputs(const PrefixTree& tree, const Case& c, const std::vect
   in.v = v.data();
   std::vector<double> ref(nq * H * D), ref_lse(nq * H);
   reference_attention(tree, in, queries, ref.data(), ref_lse.data());
-  CheckResult r;
-  std::vector<float> nv, nl;
-  for (const int32_t qi : queries) {
-    naive_query(tree, c, q, k, v, qi, &nv, &nl);
-    for (int64_t i = 0; i < H * D; ++i) {
-      const int64_t e = qi * H * D + i;
-      const uint16_t b = out_bits[e];
-      const float g = c.bf16 ? bf16_bits_to_float(b) : half_bits_to_float(b);
-      ++r.checked;
-      if (std::isnan(g)) {
-        ++r.nan_count;
-        continue;
-      }
-      r.max_err = std::max(r.max_err, std::fabs(g - ref[e]));
-      r.naive_err = std::max(r.naive_err, std::fabs(nv[i] - ref[e]));
-    }
-    if (c.with_lse) {
-      for (int64_t h = 0; h < H; ++h) {
-        const double rl = ref_lse[qi * H + h];
-        const float gl = lse[qi * H + h];
-        if (std::isnan(gl)) {
-          ++r.nan_count;
-          continue;
-        }
-        if (std::isinf(rl) || std::isinf(gl)) {  // empty rows must agree exactly
-          if (!(std::isinf(rl) && std::isinf(gl) && (rl < 0) == (gl < 0))) r.max_lse_err = INFINITY;
-          continue;
-        }
-        r.max_lse_err = std::max(r.max_lse_err, std::fabs(gl - rl));
-        r.naive_lse_err = std::max(r.naive_lse_err, std::fabs(nl[h] - rl));
-      }
-    }
-  }
-  r.bound = 2 * r.naive_err + 1e-3;
-  r.lse_bound = 2 * r.naive_lse_err + 1e-3;
-  return r;
+  std::vector<float> out(out_bits.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = c.bf16 ? bf16_bits_to_float(out_bits[i]) : half_bits_to_float(out_bits[i]);
+  return compare_to_oracle(ref.data(), ref_lse.data(), out.data(),
+                           c.with_lse ? lse.data() : nullptr, H, D, queries,
+                           c.bf16 ? OutputDtype::kBf16 : OutputDtype::kFp16);
 }
 
-void plan_run_check(const PrefixTree& tree, const Case& c) {
-  SCOPED_TRACE(c.describe());
-  PlanOptions opts;
-  opts.planner = c.planner;
-  opts.num_qo_heads = c.num_qo_heads;
-  opts.num_kv_heads = c.num_kv_heads;
-  opts.head_dim = c.head_dim;
-  opts.dtype_bytes = 2;
-  Plan plan;
-  try {
-    plan = make_plan(tree, opts);
-  } catch (const std::exception& e) {
-    FAIL() << "make_plan threw: " << e.what();
-  }
-  const PlanLayout layout = plan_layout(plan);
-  std::vector<unsigned char> meta(static_cast<size_t>(layout.metadata_bytes));
-  pack_plan(plan, layout, meta.data());
-
-  const RandomInputs in =
-      random_inputs(tree, c.num_qo_heads, c.num_kv_heads, c.head_dim, c.bf16, c.seed * 7919 + 13);
+void fill_inputs(const PrefixTree& tree, const Case& c, uint64_t seed, CaseInputs* in) {
+  in->host = random_inputs(tree, c.num_qo_heads, c.num_kv_heads, c.head_dim, c.bf16, seed);
   const int64_t H = c.num_qo_heads, KH = c.num_kv_heads, D = c.head_dim, P = tree.page_size;
   const int64_t nq = tree.num_queries(), pages = tree.num_pages;
-  const std::vector<uint16_t> qb = to_bits(in.q, c.bf16), kb = to_bits(in.k, c.bf16),
-                              vb = to_bits(in.v, c.bf16);
-  const int64_t page_elems = P * KH * D;
-
-  DevBuf dq(qb.size() * 2), dkv(2 * kb.size() * 2 + 16), dout(nq * H * D * 2),
-      dlse(nq * H * 4 + 16), dws(layout.total_bytes);
-  ASSERT_TRUE(dq.ptr && dkv.ptr && dout.ptr && dlse.ptr && dws.ptr) << "cudaMalloc failed";
-  TA_CUDA_OK(cudaMemcpy(dq.ptr, qb.data(), qb.size() * 2, cudaMemcpyHostToDevice));
-  DecodeArgs a;
+  const std::vector<uint16_t> qb = to_bits(in->host.q, c.bf16), kb = to_bits(in->host.k, c.bf16),
+                              vb = to_bits(in->host.v, c.bf16);
+  if (!in->q) {
+    in->q = std::make_unique<DevBuf>(qb.size() * 2);
+    in->kv = std::make_unique<DevBuf>(2 * kb.size() * 2 + 16);
+    in->out = std::make_unique<DevBuf>(nq * H * D * 2);
+    in->lse = std::make_unique<DevBuf>(nq * H * 4 + 16);
+  }
+  ASSERT_TRUE(in->q->ptr && in->kv->ptr && in->out->ptr && in->lse->ptr) << "cudaMalloc failed";
+  ASSERT_LE(2 * kb.size() * 2, in->kv->bytes) << "the tree grew between fill_inputs calls";
+  TA_CUDA_OK(cudaMemcpy(in->q->ptr, qb.data(), qb.size() * 2, cudaMemcpyHostToDevice));
+  DecodeArgs& a = in->args;
   a.dtype = c.bf16 ? DType::kBFloat16 : DType::kFloat16;
-  a.q = dq.ptr;
+  a.q = in->q->ptr;
   a.q_stride_query = H * D;
   a.q_stride_head = D;
-  auto* kv = dkv.as<uint16_t>();
+  auto* kv = in->kv->as<uint16_t>();
   if (!c.combined_kv) {
     TA_CUDA_OK(cudaMemcpy(kv, kb.data(), kb.size() * 2, cudaMemcpyHostToDevice));
     TA_CUDA_OK(cudaMemcpy(kv + kb.size(), vb.data(), vb.size() * 2, cudaMemcpyHostToDevice));
-    a.k = kv;
-    a.v = kv + kb.size();
-    a.page_stride = page_elems;
+    set_kv_split(&a, kv, kv + kb.size(), split_kv_strides(P, KH, D));
   } else {  // [pages, 2, P, KH, D]
+    const int64_t page_elems = P * KH * D;
     for (int64_t p = 0; p < pages; ++p) {
       TA_CUDA_OK(cudaMemcpy(kv + (2 * p) * page_elems, kb.data() + p * page_elems, page_elems * 2,
                             cudaMemcpyHostToDevice));
       TA_CUDA_OK(cudaMemcpy(kv + (2 * p + 1) * page_elems, vb.data() + p * page_elems,
                             page_elems * 2, cudaMemcpyHostToDevice));
     }
-    a.k = kv;
-    a.v = kv + page_elems;
-    a.page_stride = 2 * page_elems;
+    set_kv_combined(&a, kv, combined_kv_strides(P, KH, D));
   }
-  a.slot_stride = KH * D;
-  a.head_stride = D;
-  a.out = dout.ptr;
+  a.out = in->out->ptr;
   a.o_stride_query = H * D;
   a.o_stride_head = D;
-  a.lse = c.with_lse ? dlse.as<float>() : nullptr;
-  TA_CUDA_OK(cudaMemcpy(dws.ptr, meta.data(), meta.size(), cudaMemcpyHostToDevice));
-  TA_CUDA_OK(cudaMemset(dout.ptr, 0xFF, dout.bytes));
-  TA_CUDA_OK(cudaMemset(dlse.ptr, 0xFF, dlse.bytes));
-  // poison the partials too: every slot the merge reads must have been written
-  if (layout.total_bytes > layout.metadata_bytes)
-    TA_CUDA_OK(cudaMemset(dws.as<unsigned char>() + layout.metadata_bytes, 0xFF,
-                          layout.total_bytes - layout.metadata_bytes));
-  const Status st = run_decode(layout, dws.ptr, a, nullptr);
-  ASSERT_EQ(st, Status::kOk) << status_string(st) << ": " << last_cuda_error();
-  TA_CUDA_OK(cudaDeviceSynchronize());
-  std::vector<uint16_t> out(nq * H * D);
-  std::vector<float> lse(nq * H);
-  TA_CUDA_OK(cudaMemcpy(out.data(), dout.ptr, out.size() * 2, cudaMemcpyDeviceToHost));
-  if (c.with_lse)
-    TA_CUDA_OK(cudaMemcpy(lse.data(), dlse.ptr, lse.size() * 4, cudaMemcpyDeviceToHost));
-  const std::vector<int32_t> qs = sample_queries(static_cast<int32_t>(nq), c.sample_queries);
-  const CheckResult r = check_outputs(tree, c, in.q, in.k, in.v, out, lse, qs);
-  EXPECT_TRUE(r.pass()) << r.describe() << " items=" << plan.items.size()
-                        << " slots=" << plan.num_slots;
+  a.lse = c.with_lse ? in->lse->as<float>() : nullptr;
+}
+
+void run_and_fetch(const DevicePlan& dp, const CaseInputs& in, cudaStream_t stream,
+                   cudaGraphExec_t graph, std::vector<uint16_t>* out, std::vector<float>* lse) {
+  TA_CUDA_OK(cudaMemsetAsync(in.out->ptr, 0xFF, in.out->bytes, stream));
+  TA_CUDA_OK(cudaMemsetAsync(in.lse->ptr, 0xFF, in.lse->bytes, stream));
+  const PlanLayout& L = dp.layout();
+  if (L.total_bytes > L.metadata_bytes)
+    TA_CUDA_OK(cudaMemsetAsync(static_cast<unsigned char*>(dp.workspace()) + L.metadata_bytes, 0xFF,
+                               L.total_bytes - L.metadata_bytes, stream));
+  if (graph != nullptr) {
+    TA_CUDA_OK(cudaGraphLaunch(graph, stream));
+  } else {
+    try {
+      dp.run(in.args, stream);
+    } catch (const std::exception& e) {
+      FAIL() << "DevicePlan::run threw: " << e.what();
+    }
+  }
+  TA_CUDA_OK(cudaStreamSynchronize(stream));
+  out->resize(in.out->bytes / 2);
+  lse->resize(in.lse->bytes / 4);
+  TA_CUDA_OK(cudaMemcpy(out->data(), in.out->ptr, out->size() * 2, cudaMemcpyDeviceToHost));
+  TA_CUDA_OK(cudaMemcpy(lse->data(), in.lse->ptr, lse->size() * 4, cudaMemcpyDeviceToHost));
+}
+
+void expect_matches_oracle(const PrefixTree& tree, const Case& c, const CaseInputs& in,
+                           const std::vector<uint16_t>& out, const std::vector<float>& lse) {
+  const std::vector<int32_t> qs = sample_queries(tree.num_queries(), c.sample_queries);
+  const OracleComparison r = check_outputs(tree, c, in.host.q, in.host.k, in.host.v, out, lse, qs);
+  EXPECT_TRUE(r.pass) << r.describe() << " (" << qs.size() << " queries checked)";
+}
+
+Plan make_case_plan(const PrefixTree& tree, const Case& c) {
+  PlanOptions opts;
+  opts.planner = c.planner;
+  opts.num_qo_heads = c.num_qo_heads;
+  opts.num_kv_heads = c.num_kv_heads;
+  opts.head_dim = c.head_dim;
+  opts.dtype_bytes = 2;
+  return make_plan(tree, opts);
+}
+
+void plan_run_check(const PrefixTree& tree, const Case& c) {
+  SCOPED_TRACE(c.describe());
+  Plan plan;
+  try {
+    plan = make_case_plan(tree, c);
+  } catch (const std::exception& e) {
+    FAIL() << "make_plan threw: " << e.what();
+  }
+  CaseInputs in;
+  fill_inputs(tree, c, c.seed * 7919 + 13, &in);
+  if (::testing::Test::HasFatalFailure()) return;
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+  try {
+    DevicePlan dp;
+    dp.upload(plan, nullptr);
+    run_and_fetch(dp, in, nullptr, nullptr, &out, &lse);
+  } catch (const std::exception& e) {
+    FAIL() << "DevicePlan threw: " << e.what();
+  }
+  if (::testing::Test::HasFatalFailure()) return;
+  SCOPED_TRACE("items=" + std::to_string(plan.items.size()) +
+               " slots=" + std::to_string(plan.num_slots));
+  expect_matches_oracle(tree, c, in, out, lse);
 }
 
 }  // namespace treeattn::gpu_test

@@ -1,15 +1,19 @@
-// Helpers for the GPU tests: device buffers, fp16/bf16 upload, one planned run of run_decode on a
-// tree, and the error bound (float64 oracle vs a same-precision naive CPU implementation).
+// Helpers for the GPU tests: device buffers, fp16/bf16 upload, one planned run through DevicePlan
+// on a tree, and the check against the float64 oracle (compare_to_oracle, treeattn/cpu/compare.h).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "treeattn/cpu/compare.h"
+#include "treeattn/cpu/random_inputs.h"
 #include "treeattn/kernels/decode.h"
+#include "treeattn/kernels/device_plan.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"
 
@@ -58,15 +62,6 @@ struct Case {
   std::string describe() const;
 };
 
-/// Error summary of one checked run.
-struct CheckResult {
-  double max_err = 0, naive_err = 0, bound = 0;  ///< output |gpu - ref|, naive |cpu - ref|
-  double max_lse_err = 0, naive_lse_err = 0, lse_bound = 0;
-  int64_t nan_count = 0, checked = 0;
-  bool pass() const { return nan_count == 0 && max_err <= bound && max_lse_err <= lse_bound; }
-  std::string describe() const;
-};
-
 /// Host copies of the 16-bit bits of a float vector already rounded to the dtype.
 std::vector<uint16_t> to_bits(const std::vector<float>& v, bool bf16);
 
@@ -74,15 +69,40 @@ std::vector<uint16_t> to_bits(const std::vector<float>& v, bool bf16);
 /// included).
 std::vector<int32_t> sample_queries(int32_t num_queries, int32_t k);
 
-/// Checks GPU output/LSE (host copies, dtype bits / float) against reference_attention and the
-/// naive same-precision implementation for the sampled queries.
-CheckResult check_outputs(const PrefixTree& tree, const Case& c, const std::vector<float>& q,
-                          const std::vector<float>& k, const std::vector<float>& v,
-                          const std::vector<uint16_t>& out_bits, const std::vector<float>& lse,
-                          const std::vector<int32_t>& queries);
+/// Checks GPU output/LSE (host copies: dtype bits / float) of the sampled queries against the
+/// float64 oracle with compare_to_oracle (the fp16 or bf16 bound; LSE only with c.with_lse).
+OracleComparison check_outputs(const PrefixTree& tree, const Case& c, const std::vector<float>& q,
+                               const std::vector<float>& k, const std::vector<float>& v,
+                               const std::vector<uint16_t>& out_bits, const std::vector<float>& lse,
+                               const std::vector<int32_t>& queries);
 
-/// Uploads inputs in the requested KV layout, poisons out/lse (0xFF bytes), plans, packs,
-/// uploads, runs run_decode once and checks it. Fails the current test on any error.
+/// A case's random inputs (seeded) on the device in its KV layout, plus out/lse buffers and the
+/// DecodeArgs over them. The buffers are allocated by the first fill_inputs() and reused by later
+/// ones (a captured graph keeps pointing at them), so the tree's num_pages and num_queries must
+/// not grow in between.
+struct CaseInputs {
+  RandomInputs host;
+  std::unique_ptr<DevBuf> q, kv, out, lse;
+  DecodeArgs args;
+};
+void fill_inputs(const PrefixTree& tree, const Case& c, uint64_t seed, CaseInputs* in);
+
+/// Poisons out/lse and the workspace's partials (0xFF bytes: every value the merge reads must have
+/// been written), runs `dp` on `stream` (or replays `graph` when given), waits and copies
+/// out/lse back.
+void run_and_fetch(const DevicePlan& dp, const CaseInputs& in, cudaStream_t stream,
+                   cudaGraphExec_t graph, std::vector<uint16_t>* out, std::vector<float>* lse);
+
+/// Checks a fetched run of `in` (sampled queries) with check_outputs; fails the current test.
+void expect_matches_oracle(const PrefixTree& tree, const Case& c, const CaseInputs& in,
+                           const std::vector<uint16_t>& out, const std::vector<float>& lse);
+
+/// The case's plan (make_plan with its planner and shape).
+Plan make_case_plan(const PrefixTree& tree, const Case& c);
+
+/// Plans, uploads inputs in the requested KV layout and the plan through a DevicePlan, poisons
+/// out/lse and the partials (0xFF bytes), runs once and checks it against the oracle. Fails the
+/// current test on any error, a planner that throws included.
 void plan_run_check(const PrefixTree& tree, const Case& c);
 
 }  // namespace treeattn::gpu_test

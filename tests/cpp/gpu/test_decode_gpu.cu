@@ -1,9 +1,10 @@
-// GPU tests of run_decode: every available planner x fp16/bf16 x head dims 64/128/256 x GQA ratios
-// (32/32, 32/8, 28/4, 16/1, 64/8, 32/1) x page sizes (1, 16, 32, 64, 256) on random trees and on
-// workload lines with shuffled pages; the combined vLLM KV layout; CUDA-graph capture and replay
-// over a later plan; argument validation. The cross product is sampled (a rotating schedule) so
-// the suite stays well under two minutes. Outputs are poisoned first and checked element-wise
-// against the float64 oracle within the bound documented in gpu_test_util.cc.
+// GPU tests of DevicePlan and run_decode: every planner x fp16/bf16 x head dims 64/128/256 x GQA
+// ratios (32/32, 32/8, 28/4, 16/1, 64/8, 32/1) x page sizes (1, 16, 32, 64, 256) on random trees
+// and on workload lines with shuffled pages; the combined vLLM KV layout; CUDA-graph capture and
+// replay over a later plan that fits; reallocation on upload; argument validation with messages.
+// The cross product is sampled (a rotating schedule) so the suite stays well under two minutes.
+// Outputs are poisoned first and checked against the float64 oracle with compare_to_oracle
+// (treeattn/cpu/compare.h). Every planner of planner_names() runs: one that throws fails.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -30,12 +31,9 @@ constexpr Heads kHeads[] = {{32, 32}, {32, 8}, {28, 4}, {16, 1}, {64, 8}, {32, 1
 constexpr int32_t kPageSizes[] = {1, 16, 32, 64, 256};
 constexpr int32_t kHeadDims[] = {64, 128, 256};
 
-/// Every planner: one that throws fails the test (plan_run_check).
-const std::vector<std::string>& working_planners() { return planner_names(); }
-
 TEST(DecodeGpu, RandomTreesAllPlanners) {
   TA_REQUIRE_GPU();
-  const std::vector<std::string> planners = working_planners();
+  const std::vector<std::string>& planners = planner_names();
   ASSERT_FALSE(planners.empty());
   int idx = 0;
   for (size_t pi = 0; pi < planners.size(); ++pi) {
@@ -88,7 +86,7 @@ TEST(DecodeGpu, EveryDtypeHeadDimRatio) {
 
 TEST(DecodeGpu, WorkloadLinesShuffledPages) {
   TA_REQUIRE_GPU();
-  const std::vector<std::string> planners = working_planners();
+  const std::vector<std::string>& planners = planner_names();
   int idx = 0;
   for (const std::string& set : workload_set_names()) {
     // the two smallest lines of each set (by unique tokens x kv heads)
@@ -151,77 +149,76 @@ TEST(DecodeGpu, GraphReplayAfterAppend) {
     const int32_t extra = tree.num_queries() + 8;
     for (int32_t p = 0; p < extra; ++p) tree.free_pages.push_back(tree.num_pages + p);
     tree.num_pages += extra;
-    PlanOptions opts;
-    opts.planner = planner;
-    const Plan plan0 = make_plan(tree, opts);
-    const PlanLayout layout = plan_layout(plan0, 2.0);
-    const int64_t H = 32, KH = 8, D = 128, nq = tree.num_queries();
-    const int64_t kv_elems = static_cast<int64_t>(tree.num_pages) * tree.page_size * KH * D;
-    DevBuf dq(nq * H * D * 2), dk(kv_elems * 2), dv(kv_elems * 2), dout(nq * H * D * 2),
-        dlse(nq * H * 4), dws(layout.total_bytes);
-    ASSERT_TRUE(dq.ptr && dk.ptr && dv.ptr && dout.ptr && dlse.ptr && dws.ptr);
-    DecodeArgs a;
-    a.q = dq.ptr;
-    a.q_stride_query = H * D;
-    a.q_stride_head = D;
-    a.k = dk.ptr;
-    a.v = dv.ptr;
-    a.page_stride = tree.page_size * KH * D;
-    a.slot_stride = KH * D;
-    a.head_stride = D;
-    a.out = dout.ptr;
-    a.o_stride_query = H * D;
-    a.o_stride_head = D;
-    a.lse = dlse.as<float>();
+    const Plan plan0 = make_case_plan(tree, c);
     cudaStream_t stream;
     TA_CUDA_OK(cudaStreamCreate(&stream));
-    std::vector<unsigned char> meta(layout.metadata_bytes);
-
-    auto upload_and_check = [&](const PrefixTree& t, const Plan& plan, cudaGraphExec_t exec,
-                                uint64_t seed) {
-      pack_plan(plan, layout, meta.data());
-      const RandomInputs in = random_inputs(t, H, KH, D, false, seed);
-      const auto qb = to_bits(in.q, false), kb = to_bits(in.k, false), vb = to_bits(in.v, false);
-      ASSERT_EQ(static_cast<int64_t>(kb.size()), kv_elems);
-      TA_CUDA_OK(cudaMemcpy(dws.ptr, meta.data(), meta.size(), cudaMemcpyHostToDevice));
-      TA_CUDA_OK(cudaMemcpy(dq.ptr, qb.data(), qb.size() * 2, cudaMemcpyHostToDevice));
-      TA_CUDA_OK(cudaMemcpy(dk.ptr, kb.data(), kb.size() * 2, cudaMemcpyHostToDevice));
-      TA_CUDA_OK(cudaMemcpy(dv.ptr, vb.data(), vb.size() * 2, cudaMemcpyHostToDevice));
-      TA_CUDA_OK(cudaMemset(dout.ptr, 0xFF, dout.bytes));
-      TA_CUDA_OK(cudaMemset(dlse.ptr, 0xFF, dlse.bytes));
-      TA_CUDA_OK(cudaGraphLaunch(exec, stream));
-      TA_CUDA_OK(cudaStreamSynchronize(stream));
-      std::vector<uint16_t> out(nq * H * D);
-      std::vector<float> lse(nq * H);
-      TA_CUDA_OK(cudaMemcpy(out.data(), dout.ptr, out.size() * 2, cudaMemcpyDeviceToHost));
-      TA_CUDA_OK(cudaMemcpy(lse.data(), dlse.ptr, lse.size() * 4, cudaMemcpyDeviceToHost));
-      Case cc = c;
-      const CheckResult r = check_outputs(t, cc, in.q, in.k, in.v, out, lse,
-                                          sample_queries(static_cast<int32_t>(nq), 16));
-      EXPECT_TRUE(r.pass()) << r.describe();
-    };
-
-    // capture once (metadata of plan0 uploaded first so the warm-up run is valid)
-    pack_plan(plan0, layout, meta.data());
-    TA_CUDA_OK(cudaMemcpy(dws.ptr, meta.data(), meta.size(), cudaMemcpyHostToDevice));
-    ASSERT_EQ(run_decode(layout, dws.ptr, a, stream), Status::kOk);  // sets smem attributes
+    DevicePlan dp;
+    CaseInputs in;
+    fill_inputs(tree, c, 1, &in);
+    ASSERT_FALSE(HasFatalFailure());
+    dp.upload(plan0, stream, 2.0);
+    dp.run(in.args, stream);  // warm-up outside the capture (sets the smem attributes)
     TA_CUDA_OK(cudaStreamSynchronize(stream));
+    const void* workspace = dp.workspace();
+    // uploads are refused while capturing
     cudaGraph_t graph;
     TA_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const Status st = run_decode(layout, dws.ptr, a, stream);
+    EXPECT_THROW(dp.upload(plan0, stream), std::runtime_error);
+    dp.run(in.args, stream);
     TA_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    ASSERT_EQ(st, Status::kOk) << last_cuda_error();
     cudaGraphExec_t exec;
     TA_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    upload_and_check(tree, plan0, exec, 1);
+    std::vector<uint16_t> out;
+    std::vector<float> lse;
+    run_and_fetch(dp, in, stream, exec, &out, &lse);
+    expect_matches_oracle(tree, c, in, out, lse);
 
     for (int32_t q = 0; q < tree.num_queries(); ++q) tree.append_tokens(q, 1);
-    const Plan plan1 = make_plan(tree, opts);
-    upload_and_check(tree, plan1, exec, 2);
+    const Plan plan1 = make_case_plan(tree, c);
+    ASSERT_TRUE(dp.fits(plan1));
+    dp.upload(plan1, stream);
+    EXPECT_EQ(dp.workspace(), workspace);  // fits: no reallocation, the graph stays valid
+    fill_inputs(tree, c, 2, &in);
+    run_and_fetch(dp, in, stream, exec, &out, &lse);
+    expect_matches_oracle(tree, c, in, out, lse);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
+}
+
+TEST(DecodeGpu, UploadReallocatesOnlyWhenThePlanDoesNotFit) {
+  TA_REQUIRE_GPU();
+  Case c;
+  RandomTreeOptions o;
+  o.max_nodes = 6;
+  const PrefixTree small = random_tree(11, o);
+  o.max_nodes = 64;
+  o.max_queries = 64;
+  const PrefixTree large = random_tree(12, o);
+  const Plan p_small = make_case_plan(small, c), p_large = make_case_plan(large, c);
+  DevicePlan dp;
+  EXPECT_FALSE(dp.uploaded());
+  EXPECT_FALSE(dp.fits(p_small));
+  EXPECT_THROW(dp.run(DecodeArgs{}, nullptr), std::logic_error);
+  EXPECT_THROW(dp.upload(p_small, nullptr, 0.5), std::invalid_argument);  // headroom
+  dp.upload(p_small, nullptr);
+  EXPECT_TRUE(dp.fits(p_small));
+  if (!dp.fits(p_large)) {
+    dp.upload(p_large, nullptr);
+    EXPECT_TRUE(dp.fits(p_large));
+    EXPECT_GE(dp.layout().total_bytes, plan_layout(p_large).total_bytes);
+  }
+  // and the reallocated workspace runs the large plan correctly
+  CaseInputs in;
+  fill_inputs(large, c, 5, &in);
+  ASSERT_FALSE(HasFatalFailure());
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+  run_and_fetch(dp, in, nullptr, nullptr, &out, &lse);
+  expect_matches_oracle(large, c, in, out, lse);
+  dp.release();
+  EXPECT_FALSE(dp.uploaded());
 }
 
 TEST(DecodeGpu, InvalidArguments) {
@@ -238,22 +235,43 @@ TEST(DecodeGpu, InvalidArguments) {
   a.q = a.k = a.v = buf.ptr;
   a.out = buf.ptr;
   a.q_stride_query = a.o_stride_query = 32 * 128;
-  a.q_stride_head = a.o_stride_head = a.head_stride = 128;
-  a.page_stride = 16 * 8 * 128;
-  a.slot_stride = 8 * 128;
+  a.q_stride_head = a.o_stride_head = 128;
+  set_kv_split(&a, buf.ptr, buf.ptr, split_kv_strides(16, 8, 128));
+  // Every invalid argument returns kInvalidArgument with a message naming it.
+  auto expect_invalid = [&](const PlanLayout& L, void* ws, const DecodeArgs& args,
+                            const char* name) {
+    EXPECT_EQ(run_decode(L, ws, args, nullptr), Status::kInvalidArgument) << name;
+    EXPECT_NE(std::string(last_cuda_error()).find(name), std::string::npos)
+        << "message '" << last_cuda_error() << "' does not name " << name;
+  };
   DecodeArgs bad = a;
   bad.q = nullptr;
-  EXPECT_EQ(run_decode(layout, buf.ptr, bad, nullptr), Status::kInvalidArgument);
+  expect_invalid(layout, buf.ptr, bad, "args.q");
   bad = a;
   bad.slot_stride = 12;
-  EXPECT_EQ(run_decode(layout, buf.ptr, bad, nullptr), Status::kInvalidArgument);
+  expect_invalid(layout, buf.ptr, bad, "args.slot_stride");
   bad = a;
   bad.dtype = static_cast<DType>(7);
-  EXPECT_EQ(run_decode(layout, buf.ptr, bad, nullptr), Status::kInvalidArgument);
-  EXPECT_EQ(run_decode(layout, nullptr, a, nullptr), Status::kInvalidArgument);
+  expect_invalid(layout, buf.ptr, bad, "args.dtype");
+  bad = a;
+  bad.sm_scale = -1.f;
+  expect_invalid(layout, buf.ptr, bad, "args.sm_scale");
+  expect_invalid(layout, nullptr, a, "workspace");
   PlanLayout bad_layout = layout;
   bad_layout.shape.head_dim = 96;
-  EXPECT_EQ(run_decode(bad_layout, buf.ptr, a, nullptr), Status::kInvalidArgument);
+  expect_invalid(bad_layout, buf.ptr, a, "head_dim");
+  // DevicePlan turns them into std::invalid_argument with the same message
+  DevicePlan dp;
+  dp.upload(plan, nullptr);
+  bad = a;
+  bad.out = nullptr;
+  try {
+    dp.run(bad, nullptr);
+    ADD_FAILURE() << "DevicePlan::run accepted a null output";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("args.out"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(DevicePlan(1 << 20), std::invalid_argument);  // no such device
 }
 
 }  // namespace

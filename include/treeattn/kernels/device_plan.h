@@ -1,0 +1,80 @@
+// DevicePlan: the device side of a Plan, and the one path from a host plan to run_decode() for the
+// bindings, `treeattn bench` and the GPU tests. It owns the device workspace (plan metadata and
+// fp32 partials, laid out by plan_layout()) and a pinned staging buffer for the metadata, uploads
+// plans asynchronously and runs them; set_kv_split / set_kv_combined fill DecodeArgs' KV pointers
+// and strides for the two cache layouts.
+//
+//   DevicePlan dp;                                // on the current CUDA device
+//   dp.upload(plan, stream, /*headroom=*/1.5);    // allocates, packs, copies (async)
+//   DecodeArgs a = ...;                           // q, out, lse; set_kv_split(&a, ...)
+//   dp.run(a, stream);                            // capturable in a CUDA graph
+//   if (dp.fits(next)) dp.upload(next, stream);   // same workspace: captured graphs stay valid
+#pragma once
+
+#include <cstdint>
+
+#include "treeattn/kernels/decode.h"
+#include "treeattn/plan/layout.h"
+#include "treeattn/plan/plan.h"
+
+namespace treeattn {
+
+/// Element strides of a paged KV cache: page p, slot s, KV head h of K start at
+/// k + p * page + s * slot + h * head (head_dim contiguous). `kv` is used by the combined layout
+/// only: the elements from a page's K block to its V block.
+struct KvStrides {
+  int64_t page = 0, slot = 0, head = 0, kv = 0;
+};
+
+/// Strides of contiguous K and V tensors, each [num_pages, page_size, kv_heads, head_dim].
+KvStrides split_kv_strides(int64_t page_size, int64_t kv_heads, int64_t head_dim);
+/// Strides of one contiguous [num_pages, 2, page_size, kv_heads, head_dim] cache (vLLM,
+/// FlashInfer): K of page p, then its V.
+KvStrides combined_kv_strides(int64_t page_size, int64_t kv_heads, int64_t head_dim);
+
+/// K and V in two tensors of the split layout (strides of K; V has the same).
+void set_kv_split(DecodeArgs* args, const void* k, const void* v, const KvStrides& strides);
+/// K and V in one tensor of the combined layout: v = kv + strides.kv elements (fp16/bf16).
+void set_kv_combined(DecodeArgs* args, const void* kv, const KvStrides& strides);
+
+class DevicePlan {
+ public:
+  /// Binds to CUDA device `device` (-1: the current one). Allocates nothing yet. Throws
+  /// std::runtime_error when no GPU is usable, std::invalid_argument naming "device" when it does
+  /// not exist.
+  explicit DevicePlan(int device = -1);
+  ~DevicePlan();
+  DevicePlan(const DevicePlan&) = delete;
+  DevicePlan& operator=(const DevicePlan&) = delete;
+
+  /// Packs `plan` into the pinned staging buffer and copies it to the workspace on `stream`
+  /// (asynchronously; a later upload waits for this copy before reusing the buffer). When the
+  /// plan does not fit the current workspace (or none exists), frees it and allocates one laid out
+  /// as plan_layout(plan, headroom) first: graphs captured around run() stay valid only across
+  /// uploads that fit. Not allowed while `stream` is being captured. Throws std::invalid_argument
+  /// naming "plan" / "headroom", or std::runtime_error with the CUDA error.
+  void upload(const Plan& plan, cudaStream_t stream, double headroom = 1.0);
+  /// True when a workspace exists and `plan` fits its layout (upload() would not reallocate).
+  bool fits(const Plan& plan) const;
+  /// Runs the uploaded plan on `stream` (run_decode on this plan's device). Throws
+  /// std::invalid_argument (the argument named), std::runtime_error (CUDA error, unsupported
+  /// configuration), std::logic_error when nothing was uploaded.
+  void run(const DecodeArgs& args, cudaStream_t stream) const;
+  /// Frees the workspace and staging buffer (waits for a pending upload copy); upload() again
+  /// before run(). Make sure no kernel using the workspace is still running.
+  void release();
+
+  bool uploaded() const { return workspace_ != nullptr; }
+  int device() const { return device_; }
+  const PlanLayout& layout() const { return layout_; }  ///< of the current workspace
+  void* workspace() const { return workspace_; }
+
+ private:
+  PlanLayout layout_{};
+  void* workspace_ = nullptr;
+  void* staging_ = nullptr;    ///< pinned host memory, layout_.metadata_bytes
+  void* copy_done_ = nullptr;  ///< cudaEvent_t recorded after the last staging copy
+  int device_ = -1;
+};
+
+}  // namespace treeattn

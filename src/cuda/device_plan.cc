@@ -1,0 +1,156 @@
+// DevicePlan (include/treeattn/kernels/device_plan.h): workspace and pinned staging allocation,
+// asynchronous plan upload, run() with errors turned into exceptions, and the KV-layout helpers.
+// Plain C++ on the CUDA runtime API (no kernels here).
+#include "treeattn/kernels/device_plan.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "treeattn/common/error.h"
+
+namespace treeattn {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("DevicePlan: ") + what + ": " + cudaGetErrorString(e));
+}
+
+/// Makes `device` current for the scope, restoring the previous one (no-op when it already is).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    check(cudaGetDevice(&prev_), "cudaGetDevice");
+    if (prev_ == device)
+      prev_ = -1;
+    else
+      check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+}  // namespace
+
+KvStrides split_kv_strides(int64_t page_size, int64_t kv_heads, int64_t head_dim) {
+  KvStrides s;
+  s.head = head_dim;
+  s.slot = kv_heads * head_dim;
+  s.page = page_size * s.slot;
+  return s;
+}
+
+KvStrides combined_kv_strides(int64_t page_size, int64_t kv_heads, int64_t head_dim) {
+  KvStrides s = split_kv_strides(page_size, kv_heads, head_dim);
+  s.kv = s.page;
+  s.page *= 2;
+  return s;
+}
+
+void set_kv_split(DecodeArgs* args, const void* k, const void* v, const KvStrides& strides) {
+  args->k = k;
+  args->v = v;
+  args->page_stride = strides.page;
+  args->slot_stride = strides.slot;
+  args->head_stride = strides.head;
+}
+
+void set_kv_combined(DecodeArgs* args, const void* kv, const KvStrides& strides) {
+  constexpr int64_t kElementBytes = 2;  // fp16 and bf16, the kernels' dtypes
+  set_kv_split(args, kv, static_cast<const char*>(kv) + strides.kv * kElementBytes, strides);
+}
+
+DevicePlan::DevicePlan(int device) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the sticky error of a missing driver
+    throw std::runtime_error(std::string("device: no GPU (CUDA reports: ") +
+                             (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
+  }
+  if (device < 0) check(cudaGetDevice(&device), "cudaGetDevice");
+  TA_CHECK_ARG(device < count, "device", "cuda:", device, " does not exist (", count, " GPU(s))");
+  device_ = device;
+}
+
+DevicePlan::~DevicePlan() {
+  try {
+    release();
+  } catch (...) {  // errors at process exit are ignored
+  }
+}
+
+void DevicePlan::release() {
+  if (copy_done_ == nullptr && staging_ == nullptr && workspace_ == nullptr) return;
+  DeviceScope scope(device_);
+  if (copy_done_ != nullptr) {
+    cudaEventSynchronize(static_cast<cudaEvent_t>(copy_done_));
+    cudaEventDestroy(static_cast<cudaEvent_t>(copy_done_));
+  }
+  if (staging_ != nullptr) cudaFreeHost(staging_);
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  copy_done_ = staging_ = workspace_ = nullptr;
+  layout_ = PlanLayout{};
+}
+
+bool DevicePlan::fits(const Plan& plan) const {
+  return workspace_ != nullptr && plan_fits(plan, layout_);
+}
+
+void DevicePlan::upload(const Plan& plan, cudaStream_t stream, double headroom) {
+  DeviceScope scope(device_);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone)
+    throw std::runtime_error(
+        "DevicePlan: plan upload is not allowed while the stream is captured into a CUDA graph "
+        "(upload before capturing; a graph around run() replays any later plan that fits)");
+  if (!fits(plan)) {
+    const PlanLayout layout = plan_layout(plan, headroom);  // validates headroom
+    release();
+    try {
+      check(
+          cudaMalloc(&workspace_, static_cast<size_t>(std::max<int64_t>(layout.total_bytes, 256))),
+          "cudaMalloc of the workspace");
+      check(cudaMallocHost(&staging_,
+                           static_cast<size_t>(std::max<int64_t>(layout.metadata_bytes, 256))),
+            "cudaMallocHost of the staging buffer");
+      cudaEvent_t ev = nullptr;
+      check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+      copy_done_ = ev;
+    } catch (...) {
+      release();
+      throw;
+    }
+    layout_ = layout;
+  }
+  // The previous upload's copy must have read the staging buffer before it is rewritten.
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(copy_done_)), "waiting for the last upload");
+  pack_plan(plan, layout_, staging_);
+  check(cudaMemcpyAsync(workspace_, staging_, static_cast<size_t>(layout_.metadata_bytes),
+                        cudaMemcpyHostToDevice, stream),
+        "plan metadata upload (cudaMemcpyAsync)");
+  check(cudaEventRecord(static_cast<cudaEvent_t>(copy_done_), stream), "cudaEventRecord");
+}
+
+void DevicePlan::run(const DecodeArgs& args, cudaStream_t stream) const {
+  if (workspace_ == nullptr)
+    throw std::logic_error("DevicePlan::run: no plan uploaded (call upload() first)");
+  DeviceScope scope(device_);
+  const Status st = run_decode(layout_, workspace_, args, stream);
+  if (st == Status::kOk) return;
+  if (st == Status::kInvalidArgument)
+    throw std::invalid_argument(std::string("decode: ") + last_cuda_error());
+  throw std::runtime_error(std::string("decode: ") + status_string(st) + ": " + last_cuda_error());
+}
+
+}  // namespace treeattn
