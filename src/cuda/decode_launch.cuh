@@ -56,9 +56,10 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
     set_last_cuda_error(cudaGetErrorString(attr_status));
     return Status::kCudaError;
   }
-  const int hpc = C::HEAD_LOOP ? heads_per_cta(capacity, kv_heads, device_sm_count(), resident,
-                                               head_loop_waves())
-                               : 1;
+  const int forced = kv_heads_per_cta_override();
+  const int hpc = !tile::head_loop(kClass) ? 1
+                  : forced > 0             ? (forced < kv_heads ? forced : kv_heads)
+                               : heads_per_cta(capacity, kv_heads, device_sm_count(), resident);
   const dim3 grid(static_cast<unsigned>(capacity),
                   static_cast<unsigned>((kv_heads + hpc - 1) / hpc));
   cudaError_t err = launch_pdl(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, p, hpc);

@@ -33,7 +33,8 @@ struct KernelParams {
   float* partial_o;    ///< [slots, num_qo_heads, head_dim]
   float* partial_lse;  ///< [slots, num_qo_heads], natural log
   int32_t num_qo_heads, group, page_size;
-  float scale_log2;  ///< sm_scale * log2(e): logits are kept in the exp2 domain
+  int32_t page_shift;  ///< log2(page_size) when it is a power of two, else -1
+  float scale_log2;    ///< sm_scale * log2(e): logits are kept in the exp2 domain
 };
 
 // The tile policy (configs, tile sizes, warps, wide/deep and heads-per-CTA rules) lives in
@@ -65,10 +66,6 @@ TREEATTN_DECLARE_LAUNCH_PLAN(DType::kBFloat16, 256)
 
 /// True when the current device is sm_90+ (programmatic dependent launch); cached per device.
 bool device_supports_pdl();
-
-/// Waves of the kM16 head loop (tile::kHeadLoopWaves; TREEATTN_HEAD_LOOP_WAVES overrides it for
-/// experiments, 0 = off).
-int head_loop_waves();
 
 /// Multiprocessor count of the current device (cached per device; 132 if unknown).
 int device_sm_count();

@@ -5,11 +5,11 @@
 // argument or limit (or the CUDA error) in last_cuda_error().
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -38,14 +38,6 @@ bool device_supports_pdl() {
     cached[dev] = major >= 9 ? 2 : 1;
   }
   return cached[dev] == 2;
-}
-
-int head_loop_waves() {
-  static const int waves = [] {
-    const char* env = std::getenv("TREEATTN_HEAD_LOOP_WAVES");
-    return env != nullptr && *env != '\0' ? std::atoi(env) : tile::kHeadLoopWaves;
-  }();
-  return waves;
 }
 
 int device_sm_count() {
@@ -120,6 +112,13 @@ const char* status_string(Status s) {
   }
   return "unknown status";
 }
+
+namespace {
+std::atomic<int> g_kv_heads_per_cta{0};
+}  // namespace
+
+void set_kv_heads_per_cta(int n) { g_kv_heads_per_cta.store(n > 0 ? n : 0); }
+int kv_heads_per_cta_override() { return g_kv_heads_per_cta.load(); }
 
 const char* last_cuda_error() { return cuda_detail::g_last_error; }
 
@@ -212,6 +211,9 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
   p.num_qo_heads = shape.num_qo_heads;
   p.group = shape.num_qo_heads / shape.num_kv_heads;
   p.page_size = shape.page_size;
+  p.page_shift = -1;
+  for (int sh = 0; sh < 31; ++sh)
+    if ((1 << sh) == shape.page_size) p.page_shift = sh;
   const float sm_scale =
       args.sm_scale > 0.f ? args.sm_scale : 1.f / std::sqrt(static_cast<float>(shape.head_dim));
   p.scale_log2 = sm_scale * kLog2e;

@@ -51,4 +51,11 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
 /// Message of the last non-kOk status run_decode returned on this thread ("" after kOk).
 const char* last_cuda_error();
 
+/// KV heads one kM16 CTA walks (the head loop; include/treeattn/plan/tile_policy.h). 0 (the
+/// default) = the tile policy's choice per launch; n > 0 forces n (at most the KV head count) on
+/// every later launch of this process. For tests and tuning; read on the host at launch, so a
+/// captured CUDA graph keeps the value it was captured with.
+void set_kv_heads_per_cta(int n);
+int kv_heads_per_cta_override();
+
 }  // namespace treeattn

@@ -11,10 +11,9 @@
 //      16 tokens, merged in shared memory). For plans with thousands of short items.
 //    - deep (config 3): 64-token tiles split over 4 warps: 2 x 32 KB in flight per CTA.
 //      For plans with few, long items, where the bytes in flight per CTA set the speed.
-//    Both walk several KV heads of one item per CTA (the head loop, heads_per_cta()): the item's
-//    metadata chain (header -> item -> ranges -> page ids) is paid once per CTA, not per head,
-//    and the KV pipeline runs on across head boundaries. The next head's Q loads while the
-//    current head runs; a head's token warps merge in the stage of its last tile.
+//    Both walk several KV heads of one item per CTA (the head loop, heads_per_cta()), one after
+//    the other: the item's metadata chain (header -> item -> rows -> ranges) is paid once per CTA
+//    and the page ids are cached; each head runs its own pipeline and epilogue.
 //  * kM64 = 4 warps x 16 rows, kM128 = 8 warps x 16 rows: 64-token tiles (32 for head_dim 256),
 //    3 stages, one KV head per CTA.
 #pragma once
@@ -53,7 +52,7 @@ inline bool use_wide_m16(int64_t m16_ctas, int num_sms, int threshold = kWideM16
 
 /// Waves of resident CTAs the head loop keeps: fewer, longer CTAs amortize the metadata chain,
 /// but the last wave's imbalance grows with CTA length.
-inline constexpr int kHeadLoopWaves = 4;
+inline constexpr int kHeadLoopWaves = 8;
 /// KV heads one kM16 CTA walks: the most that still leaves kHeadLoopWaves waves of
 /// `ctas_per_sm` x `num_sms` resident CTAs, balanced so every CTA of an item gets the same count
 /// (the last may get fewer). 1 when the launch is not larger than that.

@@ -1,14 +1,15 @@
-// GPU tests of the kM16 head loop (one CTA walks several KV heads of an item): level trees with
-// thousands of short leaves, so that the kM16 launch is many waves deep and the launcher gives
-// each CTA several heads, over head dims 64/128/256, fp16/bf16, head counts that the heads per
-// CTA divide and do not divide, leaves of one and of several KV tiles per head, and page sizes
-// that split tiles across pages. Checked element-wise against the float64 oracle
-// (plan_run_check).
+// GPU tests of the kM16 head loop (one CTA walks several KV heads of an item, one after the
+// other): heads per CTA forced through set_kv_heads_per_cta (dividing and not dividing the KV
+// head count, up to all heads) and chosen by the tile policy on trees with thousands of short
+// leaves; head dims 64/128/256, fp16/bf16, leaves of one and of several KV tiles per head, page
+// sizes that split tiles across pages. Checked element-wise against the float64 oracle
+// (plan_run_check). HeadLoopSmall is sized for compute-sanitizer.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "gpu_test_util.h"
+#include "treeattn/kernels/decode.h"
 #include "treeattn/tree/builders.h"
 
 namespace treeattn::gpu_test {
@@ -18,36 +19,59 @@ struct HeadLoopCase {
   const char* levels;
   const char* planner;
   bool bf16;
+  int heads_per_cta;  ///< 0: the tile policy's choice
 };
 
-// 3 KV heads cannot be split evenly; 40-token leaves take two 32-token tiles per head.
-constexpr HeadLoopCase kCases[] = {
-    {"N=1,4096 C=32,12 heads=32/8 dim=128 page=16", "query", false},
-    {"N=1,4096 C=32,12 heads=32/8 dim=128 page=16", "fasttree", true},
-    {"N=1,2048 C=64,40 heads=24/3 dim=64 page=1", "query", true},
-    {"N=1,2048 C=64,40 heads=24/3 dim=64 page=32", "node", false},
-    {"N=1,4,4096 C=16,16,9 heads=32/32 dim=64 page=16", "pat", false},
-    {"N=1,2048 C=32,40 heads=16/4 dim=256 page=64", "query", false},
-    {"N=1,2048 C=32,40 heads=16/4 dim=256 page=256", "auto", true},
+/// Restores the automatic choice when a test ends, however it ends.
+struct ForcedHeadsPerCta {
+  ~ForcedHeadsPerCta() { set_kv_heads_per_cta(0); }
 };
 
-TEST(DecodeGpu, HeadLoopManyShortLeaves) {
-  TA_REQUIRE_GPU();
-  int idx = 0;
-  for (const HeadLoopCase& hc : kCases) {
+void run_cases(const HeadLoopCase* cases, size_t n, uint64_t seed0) {
+  ForcedHeadsPerCta restore;
+  for (size_t i = 0; i < n; ++i) {
+    const HeadLoopCase& hc = cases[i];
+    set_kv_heads_per_cta(hc.heads_per_cta);
     const LevelSpec spec = parse_levels(hc.levels);
-    const PrefixTree tree = tree_from_levels(spec, PageLayout::kShuffled, 311 + idx);
+    const PrefixTree tree = tree_from_levels(spec, PageLayout::kShuffled, seed0 + i);
     Case c;
     c.planner = hc.planner;
     c.bf16 = hc.bf16;
     c.num_qo_heads = spec.shape.num_qo_heads;
     c.num_kv_heads = spec.shape.num_kv_heads;
     c.head_dim = spec.shape.head_dim;
-    c.seed = 41000 + idx++;
+    c.seed = seed0 + 1000 + i;
     c.sample_queries = 24;
-    SCOPED_TRACE(std::string(hc.levels) + " planner=" + hc.planner);
+    SCOPED_TRACE(std::string(hc.levels) + " planner=" + hc.planner +
+                 " heads_per_cta=" + std::to_string(hc.heads_per_cta));
     plan_run_check(tree, c);
   }
+}
+
+TEST(DecodeGpu, HeadLoopManyShortLeaves) {
+  TA_REQUIRE_GPU();
+  // 40-token leaves take two 32-token tiles per head; 3 of 8 and 2 of 3 heads leave a remainder.
+  constexpr HeadLoopCase kCases[] = {
+      {"N=1,4096 C=32,12 heads=32/8 dim=128 page=16", "query", false, 0},
+      {"N=1,4096 C=32,12 heads=32/8 dim=128 page=16", "fasttree", true, 0},
+      {"N=1,4,2048 C=16,16,9 heads=32/32 dim=64 page=16", "pat", false, 0},
+      {"N=1,256 C=64,40 heads=32/8 dim=128 page=16", "query", false, 3},
+      {"N=1,256 C=64,40 heads=24/3 dim=64 page=1", "query", true, 2},
+      {"N=1,256 C=64,40 heads=24/3 dim=64 page=32", "node", false, 3},
+      {"N=1,128 C=32,40 heads=16/4 dim=256 page=64", "query", false, 4},
+      {"N=1,128 C=32,40 heads=16/4 dim=256 page=256", "auto", true, 3},
+      {"N=1,4,64 C=100,16,70 heads=32/32 dim=128 page=32", "forge", true, 32},
+  };
+  run_cases(kCases, sizeof(kCases) / sizeof(kCases[0]), 52000);
+}
+
+TEST(DecodeGpu, HeadLoopSmall) {
+  TA_REQUIRE_GPU();
+  constexpr HeadLoopCase kCases[] = {
+      {"N=1,16 C=32,40 heads=32/8 dim=128 page=16", "query", false, 3},
+      {"N=1,16 C=32,40 heads=12/3 dim=64 page=32", "fasttree", true, 2},
+  };
+  run_cases(kCases, sizeof(kCases) / sizeof(kCases[0]), 53000);
 }
 
 }  // namespace
