@@ -1,0 +1,84 @@
+// GPU test of the LSE merge against the CPU executor's AttentionState merge, with empty partial
+// states: a node-planner plan (every query merges a root partial and a leaf partial) whose items
+// are then masked so that one query's root partial is empty (its result is its leaf alone) and
+// another query's partials are all empty (its result must be exactly o = 0, lse = -inf).
+// Partials and outputs are poisoned before the run; compare_to_oracle checks every element.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "treeattn/common/half.h"
+#include "treeattn/cpu/compare.h"
+#include "treeattn/cpu/executor.h"
+#include "treeattn/cpu/random_inputs.h"
+#include "treeattn/kernels/device_plan.h"
+#include "treeattn/tree/builders.h"
+
+namespace treeattn::gpu_test {
+namespace {
+
+/// Masks item `i` of `plan`: row r stays visible iff keep(query of row r).
+template <typename Keep>
+void mask_item(Plan* plan, size_t i, Keep keep) {
+  WorkItem& it = plan->items[i];
+  uint64_t bits = 0;
+  for (int32_t r = 0; r < it.num_rows; ++r)
+    if (keep(plan->rows[it.row_begin + r].query)) bits |= 1ull << r;
+  it.mask_begin = static_cast<int32_t>(plan->masks.size());
+  for (int32_t j = 0; j < it.num_ranges; ++j) plan->masks.push_back(bits);
+}
+
+TEST(DecodeGpu, MergeWithEmptyPartials) {
+  TA_REQUIRE_GPU();
+  for (bool bf16 : {false, true}) {
+    const PrefixTree tree = tree_from_levels(
+        parse_levels("N=1,4 C=40,20 heads=8/2 dim=128 page=16"), PageLayout::kShuffled, 5);
+    Case c;
+    c.planner = "node";
+    c.bf16 = bf16;
+    c.num_qo_heads = 8;
+    c.num_kv_heads = 2;
+    c.head_dim = 128;
+    SCOPED_TRACE(c.describe());
+    Plan plan = make_case_plan(tree, c);
+    ASSERT_GT(plan.num_slots, 0) << "the node planner should merge root and leaf partials";
+    for (size_t i = 0; i < plan.items.size(); ++i) {
+      if (plan.items[i].num_rows > 1) {
+        mask_item(&plan, i, [](int32_t q) { return q != 0 && q != 1; });  // the shared root
+      } else if (plan.rows[plan.items[i].row_begin].query == 1) {
+        mask_item(&plan, i, [](int32_t) { return false; });  // query 1's leaf
+      }
+    }
+    validate_plan(plan);
+
+    CaseInputs in;
+    fill_inputs(tree, c, 777, &in);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    std::vector<uint16_t> out_bits;
+    std::vector<float> lse;
+    DevicePlan dp;
+    dp.upload(plan, nullptr);
+    run_and_fetch(dp, in, nullptr, nullptr, &out_bits, &lse);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+
+    const int64_t nq = tree.num_queries(), H = c.num_qo_heads, D = c.head_dim;
+    std::vector<float> ref(nq * H * D), ref_lse(nq * H);
+    execute_plan_cpu(plan, host_inputs(in.host, c.num_qo_heads, c.num_kv_heads, c.head_dim),
+                     ref.data(), ref_lse.data());
+    const std::vector<double> ref64(ref.begin(), ref.end()),
+        ref_lse64(ref_lse.begin(), ref_lse.end());
+    std::vector<float> out(out_bits.size());
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = bf16 ? bf16_bits_to_float(out_bits[i]) : half_bits_to_float(out_bits[i]);
+    const OracleComparison r =
+        compare_to_oracle(ref64.data(), ref_lse64.data(), out.data(), lse.data(), H, D,
+                          sample_queries(static_cast<int32_t>(nq), static_cast<int32_t>(nq)),
+                          bf16 ? OutputDtype::kBf16 : OutputDtype::kFp16);
+    EXPECT_TRUE(r.pass) << r.describe();
+    EXPECT_EQ(r.empty_rows, H) << "query 1's heads must all be empty";
+  }
+}
+
+}  // namespace
+}  // namespace treeattn::gpu_test
