@@ -1,10 +1,12 @@
 // GPU test of the LSE merge against the CPU executor's AttentionState merge, with empty partial
 // states: a node-planner plan (every query merges a root partial and a leaf partial) whose items
-// are then masked so that one query's root partial is empty (its result is its leaf alone) and
-// another query's partials are all empty (its result must be exactly o = 0, lse = -inf).
+// are then masked so that query 0's root partial and query 2's leaf partial are empty (each result
+// is the other partial alone) and query 1's partials are all empty (its result must be exactly
+// o = 0, lse = -inf; the executor refuses such a query, so its reference is set by hand).
 // Partials and outputs are poisoned before the run; compare_to_oracle checks every element.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -46,8 +48,9 @@ TEST(DecodeGpu, MergeWithEmptyPartials) {
     for (size_t i = 0; i < plan.items.size(); ++i) {
       if (plan.items[i].num_rows > 1) {
         mask_item(&plan, i, [](int32_t q) { return q != 0 && q != 1; });  // the shared root
-      } else if (plan.rows[plan.items[i].row_begin].query == 1) {
-        mask_item(&plan, i, [](int32_t) { return false; });  // query 1's leaf
+      } else {
+        const int32_t q = plan.rows[plan.items[i].row_begin].query;
+        if (q == 1 || q == 2) mask_item(&plan, i, [](int32_t) { return false; });  // a leaf
       }
     }
     validate_plan(plan);
@@ -63,9 +66,9 @@ TEST(DecodeGpu, MergeWithEmptyPartials) {
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
 
     const int64_t nq = tree.num_queries(), H = c.num_qo_heads, D = c.head_dim;
-    std::vector<float> ref(nq * H * D), ref_lse(nq * H);
+    std::vector<float> ref(nq * H * D, 0.f), ref_lse(nq * H, -INFINITY);  // query 1: empty
     execute_plan_cpu(plan, host_inputs(in.host, c.num_qo_heads, c.num_kv_heads, c.head_dim),
-                     ref.data(), ref_lse.data());
+                     {0, 2, 3}, ref.data(), ref_lse.data());
     const std::vector<double> ref64(ref.begin(), ref.end()),
         ref_lse64(ref_lse.begin(), ref_lse.end());
     std::vector<float> out(out_bits.size());
