@@ -28,7 +28,8 @@ from collections import defaultdict
 import treeattn
 
 # Free parameters: name -> (start, lower, upper). ctas_per_sm / wide_ctas_per_sm are integers,
-# set from the kernel's occupancy (decode_params.h: 2 per SM for deep kM16/kM64/kM128, 4 wide).
+# set from the kernels' occupancy (include/treeattn/plan/tile_policy.h: 2 per SM for deep
+# kM16/kM64/kM128, 4 wide).
 FREE = {
     "launch_overhead_us": (9.6, 0.2, 20.0),
     "merge_launch_us": (0.6, 0.05, 20.0),
