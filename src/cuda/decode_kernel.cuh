@@ -137,7 +137,7 @@ struct AttnConfig {
   static constexpr int ROWS = 16 * WM;
   static constexpr int BNW = BN / WN;  ///< tokens per warp per tile
   static constexpr int THREADS = 32 * WM * WN;
-  static constexpr int STAGES = num_stages(kClass, HD);
+  static constexpr int STAGES = num_stages(kClass);
   static_assert(STAGES >= 2, "pipeline");
   static constexpr bool Q_IN_REGS = HD <= 128;  ///< hd256 re-reads Q from shared memory
   static_assert(BNW % 16 == 0, "each warp needs whole k16 steps of P V");
@@ -183,6 +183,22 @@ struct RangeCursor {
     while (pos >= cur.token_begin + cur.len && idx + 1 < num) cur = ranges[++idx];
   }
 };
+
+/// Writes one 16-byte chunk (elements 8c .. 8c+7) of the final output of (query, qo head) in the
+/// dtype, and its natural-log LSE from chunk 0 when the caller asked for LSEs.
+template <class Traits>
+__device__ __forceinline__ void store_output_chunk(const KernelParams& p, int query, int head,
+                                                   int c, const float (&o)[8], float lse) {
+  using T = typename Traits::T;
+  T* dst = static_cast<T*>(p.out) + query * p.o_stride_query + head * p.o_stride_head + 8 * c;
+  uint4 packed;
+  packed.x = Traits::pack(o[0], o[1]);
+  packed.y = Traits::pack(o[2], o[3]);
+  packed.z = Traits::pack(o[4], o[5]);
+  packed.w = Traits::pack(o[6], o[7]);
+  *reinterpret_cast<uint4*>(dst) = packed;
+  if (p.lse != nullptr && c == 0) p.lse[query * p.num_qo_heads + head] = lse;
+}
 
 // ---- attention kernel
 // ----------------------------------------------------------------------------
@@ -500,14 +516,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       const int slot = p.rows[2 * (item.row_begin + r) + 1];
       const int head = kv_head * group + h;
       if (slot == kFinalOutput) {
-        T* dst = static_cast<T*>(p.out) + query * p.o_stride_query + head * p.o_stride_head + 8 * c;
-        uint4 packed;
-        packed.x = Traits::pack(o[0], o[1]);
-        packed.y = Traits::pack(o[2], o[3]);
-        packed.z = Traits::pack(o[4], o[5]);
-        packed.w = Traits::pack(o[6], o[7]);
-        *reinterpret_cast<uint4*>(dst) = packed;
-        if (p.lse != nullptr && c == 0) p.lse[query * p.num_qo_heads + head] = lse_nat;
+        store_output_chunk<Traits>(p, query, head, c, o, lse_nat);
       } else {
         float* dst =
             p.partial_o + (static_cast<int64_t>(slot) * p.num_qo_heads + head) * HD + 8 * c;
@@ -535,7 +544,6 @@ constexpr int kMergeThreads = 256;
 template <DType kDType, int kHeadDim>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const KernelParams p) {
   using Traits = DTypeTraits<kDType>;
-  using T = typename Traits::T;
   constexpr int CPT = kHeadDim / 8;
   pdl_launch_dependents();
   pdl_wait();  // partials come from the attention kernels before us
@@ -573,14 +581,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Kerne
       for (int e = 0; e < 8; ++e) o[e] *= inv;
       lse = m + logf(sum);
     }
-    T* dst = static_cast<T*>(p.out) + query * p.o_stride_query + head * p.o_stride_head + 8 * c;
-    uint4 packed;
-    packed.x = Traits::pack(o[0], o[1]);
-    packed.y = Traits::pack(o[2], o[3]);
-    packed.z = Traits::pack(o[4], o[5]);
-    packed.w = Traits::pack(o[6], o[7]);
-    *reinterpret_cast<uint4*>(dst) = packed;
-    if (p.lse != nullptr && c == 0) p.lse[query * p.num_qo_heads + head] = lse;
+    store_output_chunk<Traits>(p, query, head, c, o, lse);
   }
 }
 
