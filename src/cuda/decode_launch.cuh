@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "decode_kernel.cuh"
@@ -56,12 +57,13 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
     set_last_cuda_error(cudaGetErrorString(attr_status));
     return Status::kCudaError;
   }
-  const int forced = kv_heads_per_cta_override();
-  const int hpc = !tile::head_loop(kClass) ? 1
-                  : forced > 0             ? (forced < kv_heads ? forced : kv_heads)
-                               : heads_per_cta(capacity, kv_heads, device_sm_count(), resident);
-  const dim3 grid(static_cast<unsigned>(capacity),
-                  static_cast<unsigned>((kv_heads + hpc - 1) / hpc));
+  int hpc = 1;  // KV heads per CTA: the head loop of the kM16 configs
+  if (tile::head_loop(kClass)) {
+    const int forced = kv_heads_per_cta_override();
+    hpc = forced > 0 ? std::min(forced, kv_heads)
+                     : heads_per_cta(capacity, kv_heads, device_sm_count(), resident);
+  }
+  const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(ceil_div(kv_heads, hpc)));
   cudaError_t err = launch_pdl(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, p, hpc);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) {

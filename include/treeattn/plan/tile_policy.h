@@ -20,6 +20,8 @@
 
 #include <cstdint>
 
+#include "treeattn/common/int_math.h"
+
 namespace treeattn::tile {
 
 inline constexpr int kNumKernelConfigs = 4;
@@ -39,7 +41,7 @@ constexpr int warps_n(int cfg, int head_dim) {
          : cfg == kConfigDeep ? (kv_tile(cfg, head_dim) / 16 >= 4 ? 4 : kv_tile(cfg, head_dim) / 16)
                               : 1;
 }
-constexpr int num_stages(int /*cfg*/, int /*head_dim*/) { return 3; }
+constexpr int num_stages(int /*cfg*/) { return 3; }
 /// True for the configs that walk several KV heads per CTA (the kM16 ones).
 constexpr bool head_loop(int cfg) { return plan_class(cfg) == 0; }
 
@@ -64,8 +66,7 @@ inline int heads_per_cta(int64_t m16_items, int kv_heads, int num_sms, int ctas_
   int64_t hpc = m16_items * kv_heads / (waves * slots);
   if (hpc <= 1) return 1;
   if (hpc > kv_heads) hpc = kv_heads;
-  const int64_t ctas_per_item = (kv_heads + hpc - 1) / hpc;
-  return static_cast<int>((kv_heads + ctas_per_item - 1) / ctas_per_item);
+  return static_cast<int>(ceil_div(kv_heads, ceil_div(kv_heads, hpc)));
 }
 
 }  // namespace treeattn::tile
