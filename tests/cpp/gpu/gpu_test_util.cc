@@ -29,6 +29,13 @@ std::vector<uint16_t> to_bits(const std::vector<float>& v, bool bf16) {
   return b;
 }
 
+std::vector<float> from_bits(const std::vector<uint16_t>& b, bool bf16) {
+  std::vector<float> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i)
+    v[i] = bf16 ? bf16_bits_to_float(b[i]) : half_bits_to_float(b[i]);
+  return v;
+}
+
 std::vector<int32_t> sample_queries(int32_t num_queries, int32_t k) {
   std::vector<int32_t> s;
   if (num_queries <= k) {
@@ -55,9 +62,7 @@ OracleComparison check_outputs(const PrefixTree& tree, const Case& c, const std:
   in.v = v.data();
   std::vector<double> ref(nq * H * D), ref_lse(nq * H);
   reference_attention(tree, in, queries, ref.data(), ref_lse.data());
-  std::vector<float> out(out_bits.size());
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i] = c.bf16 ? bf16_bits_to_float(out_bits[i]) : half_bits_to_float(out_bits[i]);
+  const std::vector<float> out = from_bits(out_bits, c.bf16);
   return compare_to_oracle(ref.data(), ref_lse.data(), out.data(),
                            c.with_lse ? lse.data() : nullptr, H, D, queries,
                            c.bf16 ? OutputDtype::kBf16 : OutputDtype::kFp16);

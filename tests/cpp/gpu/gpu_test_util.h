@@ -64,6 +64,8 @@ struct Case {
 
 /// Host copies of the 16-bit bits of a float vector already rounded to the dtype.
 std::vector<uint16_t> to_bits(const std::vector<float>& v, bool bf16);
+/// Floats of 16-bit fp16 / bf16 bits (a fetched output).
+std::vector<float> from_bits(const std::vector<uint16_t>& b, bool bf16);
 
 /// Sampled query ids: all when the tree has <= k queries, else k spread evenly (first and last
 /// included).

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "treeattn/common/half.h"
 #include "treeattn/cpu/compare.h"
 #include "treeattn/cpu/executor.h"
 #include "treeattn/cpu/random_inputs.h"
@@ -71,9 +70,7 @@ TEST(DecodeGpu, MergeWithEmptyPartials) {
                      {0, 2, 3}, ref.data(), ref_lse.data());
     const std::vector<double> ref64(ref.begin(), ref.end()),
         ref_lse64(ref_lse.begin(), ref_lse.end());
-    std::vector<float> out(out_bits.size());
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = bf16 ? bf16_bits_to_float(out_bits[i]) : half_bits_to_float(out_bits[i]);
+    const std::vector<float> out = from_bits(out_bits, bf16);
     const OracleComparison r =
         compare_to_oracle(ref64.data(), ref_lse64.data(), out.data(), lse.data(), H, D,
                           sample_queries(static_cast<int32_t>(nq), static_cast<int32_t>(nq)),
