@@ -3,6 +3,12 @@
 # time over treeattn's, each ratio taken within one call; geometric means per set.
 # usage: python3 bench/peers_table.py DIR_FT_CALL DIR_FI_CALL OUT.md DATE
 import json, math, sys, collections
+
+
+def gm(v):
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float('nan')
+
+
 A, B, out, date = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 def bench(d):
     j = json.load(open(d + '/bench.json'))
@@ -52,7 +58,6 @@ for s in ['fasttree', 'pat']:
                  (f"{fmt(fi[w][0])} ({fi[w][1]})" if w in fi else "-") + " | " +
                  (f"{best:.2f}" if best is not None else "-") + " |")
     g = summary[s]
-    gm = lambda v: math.exp(sum(math.log(x) for x in v) / len(v)) if v else float('nan')
     q = f"; treeattn `query` planner {gm(g['query'])*100:.1f}%" if g['query'] else ""
     L.append(f"\nGeometric mean of floor/time: treeattn {gm(g['tA'])*100:.1f}% (call A), {gm(g['tB'])*100:.1f}% (call B); "
              f"FastTree/DeFT best {gm(g['ft'])*100:.1f}% ({len(g['ft'])} lines); FlashInfer best {gm(g['fi'])*100:.1f}% ({len(g['fi'])} lines); "
@@ -61,5 +66,5 @@ for s in ['fasttree', 'pat']:
              f"at least 0.95x of it on {sum(r >= 0.95 for r in g['ratio'])}; best peer / treeattn geomean {gm(g['ratio']):.2f}.\n")
 open(out, 'w').write('\n'.join(L) + '\n')
 for s in summary:
-    g = summary[s]; gm = lambda v: math.exp(sum(math.log(x) for x in v) / len(v)) if v else float('nan')
+    g = summary[s]
     print(s, 'treeattn A %.1f%% B %.1f%% ft %.1f%% fi %.1f%% best %.1f%% faster %d/%d ratio %.2f query %.1f%%' % (gm(g['tA'])*100, gm(g['tB'])*100, gm(g['ft'])*100, gm(g['fi'])*100, gm(g['best'])*100, sum(r>1 for r in g['ratio']), len(g['ratio']), gm(g['ratio']), gm(g['query'])*100 if g['query'] else float('nan')))
