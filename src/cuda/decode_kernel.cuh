@@ -11,7 +11,8 @@
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
 // Warp (wm, wn) owns packed rows [16 wm, 16 wm + 16) and tokens [wn BN/WN, (wn+1) BN/WN) of each
 // KV tile; S = Q K^T and O += P V run on mma.sync m16n8k16 (fp32 accumulate), online softmax in
-// the exp2 domain. The epilogue stages every warp's (O, m, l) in shared memory (aliasing the
+// the exp2 domain; in a masked item a warp skips the tiles where none of its rows sees a token.
+// The epilogue stages every warp's (O, m, l) in shared memory (aliasing the
 // stages), merges the WN column warps, and writes the final output (dtype, + natural-log LSE) or
 // the fp32 partial slot of each row.
 #pragma once
@@ -23,6 +24,7 @@
 
 #include "decode_params.h"
 #include "treeattn/common/attention_state.h"
+#include "wgmma.cuh"
 
 namespace treeattn::cuda_detail {
 
@@ -157,15 +159,26 @@ struct AttnConfig {
   static constexpr int O_PITCH = HD + 8;  ///< fp32 row pitch of the epilogue tile
   static constexpr int EPI_O_BYTES = WN * ROWS * O_PITCH * 4;
   static constexpr int EPI_BYTES = EPI_O_BYTES + 2 * WN * ROWS * 4;
-  static constexpr int SMEM_BYTES = MAIN_BYTES > EPI_BYTES ? MAIN_BYTES : EPI_BYTES;
+  /// kM64 / kM128 up to head_dim 128 keep K, V and Q in wgmma's 128-byte-swizzled column-block
+  /// layout (wgmma.cuh) on every target, and run wgmma on sm_90a; the tiles then start at a
+  /// 1024-byte boundary (the base is aligned at run time: 1 KB of slack).
+  static constexpr bool BLOCK_LAYOUT = (kClass == 1 || kClass == 2) && HD <= 128;
+  static constexpr bool USE_WGMMA = BLOCK_LAYOUT && TREEATTN_WGMMA;
+  static constexpr int ALIGN_SLACK = BLOCK_LAYOUT ? 1024 : 0;
+  static constexpr int SMEM_BYTES = (MAIN_BYTES > EPI_BYTES ? MAIN_BYTES : EPI_BYTES) + ALIGN_SLACK;
+  static_assert(!BLOCK_LAYOUT || (STAGE_BYTES % 1024 == 0 && TILE_BYTES % 1024 == 0), "align");
+  /// Byte offset of 16-byte chunk `c` of row `r` in a swizzled [NR][HD] dtype tile: rows of HD
+  /// elements with the chunk index XORed by (r & 7), or (BLOCK_LAYOUT) HD / 64 column blocks of
+  /// [NR][64].
+  template <int NR>
+  static __device__ __forceinline__ uint32_t swz(int r, int c) {
+    if constexpr (BLOCK_LAYOUT)
+      return static_cast<uint32_t>((c >> 3) * (NR * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+    else
+      return static_cast<uint32_t>(r * HD * 2 + ((c ^ (r & 7)) << 4));
+  }
   static_assert(SMEM_BYTES <= 163 * 1024, "must fit an A100 (164 KB per SM)");
 };
-
-/// Byte offset of 16-byte chunk `c` of row `r` in a swizzled [rows][HD] dtype tile.
-template <int HD>
-__device__ __forceinline__ uint32_t swz(int r, int c) {
-  return static_cast<uint32_t>(r * HD * 2 + ((c ^ (r & 7)) << 4));
-}
 
 /// Forward-only cursor over an item's ranges: token position -> element offset of its page slot.
 struct RangeCursor {
@@ -225,7 +238,10 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
   const int packed_rows = item.num_rows * group;
   const bool masked = item.mask_begin >= 0;
 
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw;
+  if constexpr (C::BLOCK_LAYOUT)
+    smem += (1024 - (smem_u32(smem_raw) & 1023)) & 1023;  // tiles on 1024-byte boundaries
   const uint32_t s_base = smem_u32(smem);
   const uint32_t sQ = s_base + C::Q_OFF;
   uint64_t* sMask = reinterpret_cast<uint64_t*>(smem + C::MASK_OFF);
@@ -253,7 +269,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
           src = gq + query * p.q_stride_query + (kv_head * group + h) * p.q_stride_head + c * 8;
           bytes = 16;
         }
-        cp_async16(sQ + swz<HD>(pr, c), src, bytes);
+        cp_async16(sQ + C::template swz<C::ROWS>(pr, c), src, bytes);
       }
     }
 
@@ -287,8 +303,8 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
           bytes = 16;
           if (masked) mword = p.masks[item.mask_begin + cursor.idx];
         }
-        cp_async16(sK + swz<HD>(j, c), gk + off, bytes);
-        cp_async16(sV + swz<HD>(j, c), gv + off, bytes);
+        cp_async16(sK + C::template swz<BN>(j, c), gk + off, bytes);
+        cp_async16(sV + C::template swz<BN>(j, c), gv + off, bytes);
         if (masked && c == 0) sMask[stage * BN + j] = mword;
       }
     };
@@ -302,6 +318,8 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
 
     // ---- per-warp state
     const bool warp_active = 16 * wm < packed_rows;
+    // wgmma runs per warpgroup (64 rows): its warps compute together, rows past the item too
+    const bool mma_active = C::USE_WGMMA ? 64 * (wm / 4) < packed_rows : warp_active;
     constexpr int NT_S = BNW / 8;  // n8 tiles of S per warp
     constexpr int NT_O = HD / 8;   // n8 tiles of O
     constexpr int KS = HD / 16;    // k16 steps of Q K^T
@@ -316,20 +334,34 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     const int prow0 = 16 * wm + g;
     const int mrow0 = min(prow0 / group, kMaxMaskedRows - 1);
     const int mrow1 = min((prow0 + 8) / group, kMaxMaskedRows - 1);
+    // mask bits of the item rows the MMA rows of this warp (its warpgroup's under wgmma) belong
+    // to (masked items only)
+    uint64_t warp_rows = 0;
+    if (masked && mma_active) {
+      constexpr int kMmaRows = C::USE_WGMMA ? 64 : 16;
+      const int first = kMmaRows * (16 * wm / kMmaRows);
+      const int r_lo = min(first / group, kMaxMaskedRows - 1);
+      const int r_hi = min((min(first + kMmaRows, packed_rows) - 1) / group, kMaxMaskedRows - 1);
+      warp_rows = (~0ull >> (63 - r_hi)) & (~0ull << r_lo);
+    }
     const float scale_log2 = p.scale_log2;
 
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % C::STAGES;
       cp_async_wait<C::STAGES - 2>();
+#if TREEATTN_WGMMA
+      if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
+#endif
       __syncthreads();
       if constexpr (C::Q_IN_REGS) {
         if (tile == 0) {
-          if (warp_active) {
+          if (mma_active) {
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
               const int mi = lane >> 3;
               ldmatrix_x4(q_frag[ks],
-                          sQ + swz<HD>(16 * wm + (lane & 7) + (mi & 1) * 8, 2 * ks + (mi >> 1)));
+                          sQ + C::template swz<C::ROWS>(16 * wm + (lane & 7) + (mi & 1) * 8,
+                                                        2 * ks + (mi >> 1)));
             }
           }
           __syncthreads();  // sQ aliases the stage the next prefetch overwrites
@@ -340,11 +372,20 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
         if (next < num_tiles) load_tile(next, next % C::STAGES);
         cp_async_commit();
       }
-      if (!warp_active) continue;
+      if (!mma_active) continue;
 
       const uint32_t sK = s_base + stage * C::STAGE_BYTES;
       const uint32_t sV = sK + C::TILE_BYTES;
       const int wtok = wn * BNW;  // warp's first token within the tile
+      if (masked) {
+        // No row of this warp sees a token of its slice: every score would be -inf and change
+        // neither m, l nor O, so the warp skips both MMAs (flattened leaves: most warps, most
+        // tiles).
+        bool any = false;
+#pragma unroll
+        for (int j = lane; j < BNW; j += 32) any |= (sMask[stage * BN + wtok + j] & warp_rows) != 0;
+        if (!__any_sync(0xffffffffu, any)) continue;
+      }
 
       // S = Q K^T  [16 x BNW]
       float s_acc[NT_S][4];
@@ -352,26 +393,50 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       for (int n = 0; n < NT_S; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s_acc[n][e] = 0.f;
+#if TREEATTN_WGMMA
+      if constexpr (C::USE_WGMMA) {
+        // A fresh copy of Q per tile (q_frag ^ zero, the zero opaque to the compiler): with the
+        // loop-invariant fragment itself as the A operand, ptxas (CUDA 13.0) reuses its registers
+        // after the first tile's MMAs. All copies are made before the MMAs are issued.
+        const uint32_t q_zero = static_cast<uint32_t>(item.kv_tokens) >> 31;  // kv_tokens >= 0
+        uint32_t qa[KS][4];
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        uint32_t a[4];
-        if constexpr (C::Q_IN_REGS) {
+        for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) a[e] = q_frag[ks][e];
-        } else {
-          const int mi = lane >> 3;
-          ldmatrix_x4(a, sQ + swz<HD>(16 * wm + (lane & 7) + (mi & 1) * 8, 2 * ks + (mi >> 1)));
+          for (int e = 0; e < 4; ++e) qa[ks][e] = q_frag[ks][e] ^ q_zero;
+        wgmma_fence_regs(qa);
+        wgmma_fence_regs(s_acc);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks)
+          wgmma_rs<kDType, BN, 0>(
+              s_acc, qa[ks], wgmma_desc(sK + (ks >> 2) * (BN * 128) + (ks & 3) * 32, 16, 1024));
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_regs(s_acc);
+      } else
+#endif
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+          uint32_t a[4];
+          if constexpr (C::Q_IN_REGS) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[e] = q_frag[ks][e];
+          } else {
+            const int mi = lane >> 3;
+            ldmatrix_x4(a, sQ + C::template swz<C::ROWS>(16 * wm + (lane & 7) + (mi & 1) * 8,
+                                                         2 * ks + (mi >> 1)));
+          }
+#pragma unroll
+          for (int np = 0; np < NT_S / 2; ++np) {
+            uint32_t b[4];
+            const int mi = lane >> 3;
+            ldmatrix_x4(b, sK + C::template swz<BN>(wtok + 16 * np + (lane & 7) + (mi >> 1) * 8,
+                                                    2 * ks + (mi & 1)));
+            mma16816<kDType>(s_acc[2 * np], a, b[0], b[1]);
+            mma16816<kDType>(s_acc[2 * np + 1], a, b[2], b[3]);
+          }
         }
-#pragma unroll
-        for (int np = 0; np < NT_S / 2; ++np) {
-          uint32_t b[4];
-          const int mi = lane >> 3;
-          ldmatrix_x4(b,
-                      sK + swz<HD>(wtok + 16 * np + (lane & 7) + (mi >> 1) * 8, 2 * ks + (mi & 1)));
-          mma16816<kDType>(s_acc[2 * np], a, b[0], b[1]);
-          mma16816<kDType>(s_acc[2 * np + 1], a, b[2], b[3]);
-        }
-      }
 
       // scale into the exp2 domain; hide tokens past the item or outside the row's mask
       const int tile_tok = tile * BN;
@@ -433,20 +498,38 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       }
 
       // O += P V   [16 x HD], k = the warp's BNW tokens
+#if TREEATTN_WGMMA
+      if constexpr (C::USE_WGMMA) {
+        wgmma_fence_regs(p_frag);
+        wgmma_fence_regs(o_acc);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BNW / 16; ++kk) {
-        const uint32_t a[4] = {p_frag[2 * kk][0], p_frag[2 * kk][1], p_frag[2 * kk + 1][0],
-                               p_frag[2 * kk + 1][1]};
-#pragma unroll
-        for (int dp = 0; dp < NT_O / 2; ++dp) {
-          uint32_t b[4];
-          const int mi = lane >> 3;
-          ldmatrix_x4_trans(
-              b, sV + swz<HD>(wtok + 16 * kk + (lane & 7) + (mi & 1) * 8, 2 * dp + (mi >> 1)));
-          mma16816<kDType>(o_acc[2 * dp], a, b[0], b[1]);
-          mma16816<kDType>(o_acc[2 * dp + 1], a, b[2], b[3]);
+        for (int kk = 0; kk < BNW / 16; ++kk) {
+          const uint32_t a[4] = {p_frag[2 * kk][0], p_frag[2 * kk][1], p_frag[2 * kk + 1][0],
+                                 p_frag[2 * kk + 1][1]};
+          wgmma_rs<kDType, HD, 1>(o_acc, a, wgmma_desc(sV + kk * 2048, BN * 128, 1024));
         }
-      }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_regs(o_acc);
+        wgmma_fence_regs(p_frag);
+      } else
+#endif
+#pragma unroll
+        for (int kk = 0; kk < BNW / 16; ++kk) {
+          const uint32_t a[4] = {p_frag[2 * kk][0], p_frag[2 * kk][1], p_frag[2 * kk + 1][0],
+                                 p_frag[2 * kk + 1][1]};
+#pragma unroll
+          for (int dp = 0; dp < NT_O / 2; ++dp) {
+            uint32_t b[4];
+            const int mi = lane >> 3;
+            ldmatrix_x4_trans(b,
+                              sV + C::template swz<BN>(wtok + 16 * kk + (lane & 7) + (mi & 1) * 8,
+                                                       2 * dp + (mi >> 1)));
+            mma16816<kDType>(o_acc[2 * dp], a, b[0], b[1]);
+            mma16816<kDType>(o_acc[2 * dp + 1], a, b[2], b[3]);
+          }
+        }
     }
 
     // ---- epilogue: stage (O, m, l) of every warp in shared memory (aliases the stages)

@@ -58,6 +58,8 @@ void PlanBuilder::begin_item() {
     item_block_.push_back(static_cast<int32_t>(blocks_.size()) - 1);
     item_masked_ = false;
     cost_mask_and_ = ~0ull;
+    item_masks_.clear();
+    cost_lens_.clear();
     return;
   }
   WorkItem it;
@@ -89,6 +91,8 @@ void PlanBuilder::add_masked_range(int32_t node, int32_t begin, int32_t end, uin
   if (cost_only_) {  // what the cost model reads: KV tokens and whether the item is masked
     cost_items_.back().kv_tokens += end - begin;
     cost_mask_and_ &= mask;
+    item_masks_.push_back(mask);
+    cost_lens_.push_back(end - begin);
     if (mask != ~0ull) item_masked_ = true;
     return;
   }
@@ -138,6 +142,10 @@ int32_t PlanBuilder::end_item(TileClass min_tile) {
       c.masked = (cost_mask_and_ & valid) != valid;
     }
     c.tile = std::max(tile_for(c.rows), min_tile);
+    if (c.masked)
+      c.mma_fraction =
+          masked_mma_fraction(c.tile, group_, plan_.shape.head_dim, c.rows, cost_lens_.data(),
+                              item_masks_.data(), cost_lens_.size());
     return num_items() - 1;
   }
   WorkItem& it = plan_.items.back();

@@ -177,6 +177,7 @@ class PlanBuilder {
   int32_t group_ = 1;
   std::vector<int32_t> node_page_base_;
   std::vector<uint64_t> item_masks_;  // masks of the open item, one per range
+  std::vector<int32_t> cost_lens_;    // kCostOnly: the open item's range lengths (item_masks_)
   std::vector<Seg> segs_;             // emit_chain
   bool item_masked_ = false;
   uint64_t cost_mask_and_ = ~0ull;  // kCostOnly: AND of the open item's masks

@@ -41,7 +41,17 @@ struct ItemSummary {
   /// The item carries DeFT masks (WorkItem::mask_begin >= 0); its CTA time is scaled by
   /// 1 + DeviceInfo::mask_penalty (kM64/kM128) or 1 + DeviceInfo::mask_penalty_m16 (kM16).
   bool masked = false;
+  /// Masked items: the fraction of (16-row warp slab x KV slice) pairs the kernel computes (a
+  /// warp skips the slices none of its rows sees, masked_mma_fraction()); 1 otherwise.
+  double mma_fraction = 1.0;
 };
+
+/// Fraction of a masked item's (warp slab, KV slice) pairs the kernel's MMAs run: the item has
+/// `rows` queries of `group` packed rows each and `n` ranges of lens[j] tokens seen by the rows
+/// whose bit is set in masks[j]. A slab is 16 packed rows; a slice is the tokens one warp takes
+/// of a KV tile (tile_policy.h: 16 for kM16, the whole tile for kM64/kM128).
+double masked_mma_fraction(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
+                           const uint64_t* masks, size_t n);
 
 /// True when the kernel runs the kM16 launch of a plan with `m16_ctas` kM16 CTAs (items x KV
 /// heads) in its wide variant (treeattn/plan/tile_policy.h, use_wide_m16), as the model assumes.

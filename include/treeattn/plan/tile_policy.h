@@ -15,7 +15,10 @@
 //    the other: the item's metadata chain (header -> item -> rows -> ranges) is paid once per CTA
 //    and the page ids are cached; each head runs its own pipeline and epilogue.
 //  * kM64 = 4 warps x 16 rows, kM128 = 8 warps x 16 rows: 64-token tiles (32 for head_dim 256),
-//    3 stages, one KV head per CTA.
+//    3 stages, one KV head per CTA. On sm_90a with head_dim <= 128 each warpgroup (64 rows) runs
+//    its S = Q K^T and O += P V as wgmma (src/cuda/wgmma.cuh); elsewhere mma.sync per warp.
+//  * Masked items: a warp (a warpgroup under wgmma) skips the KV tiles none of its rows sees;
+//    the cost model counts only the MMAs that run (masked_mma_fraction in cost_model.h).
 #pragma once
 
 #include <cstdint>

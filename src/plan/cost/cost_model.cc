@@ -75,12 +75,12 @@ struct CtaModel {
     tile_lat[2] = dev.tile_latency_m128_us * scale;
   }
   ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv,
-                      bool masked = false) const {
+                      bool masked = false, double mma_fraction = 1.0) const {
     ItemCost c;
     c.bytes = static_cast<double>(kv) * D * 2.0 * dt + packed * D * dt + partial * (D * 4.0 + 4.0) +
               (packed - partial) * D * dt;
     c.flops = 4.0 * static_cast<double>(issued_mma_rows(tile, packed)) *
-              static_cast<double>((kv + 63) / 64 * 64) * D;
+              static_cast<double>((kv + 63) / 64 * 64) * D * mma_fraction;
     const int k = static_cast<int>(tile);
     const double lat =
         static_cast<double>((kv + tile_tokens[k] - 1) / tile_tokens[k]) * tile_lat[k];
@@ -133,6 +133,40 @@ double lpt_makespan(std::vector<std::pair<double, int64_t>>* runs, int64_t slots
 
 }  // namespace
 
+double masked_mma_fraction(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
+                           const uint64_t* masks, size_t n) {
+  const int cfg = static_cast<int>(tile);  // plan class == kernel config for kM64 / kM128
+  const int64_t slice = tile == TileClass::kM16 ? 16 : tile::kv_tile(cfg, head_dim);
+  const int64_t packed = static_cast<int64_t>(rows) * group;
+  const int64_t slabs = std::max<int64_t>(1, ceil_div(packed, 16));
+  uint64_t slab_rows[8] = {};  // item-row bits of each slab (<= 128 packed rows)
+  for (int64_t s = 0; s < slabs && s < 8; ++s) {
+    const int64_t lo = std::min<int64_t>(16 * s / group, 63);
+    const int64_t hi = std::min<int64_t>((std::min<int64_t>(16 * s + 16, packed) - 1) / group, 63);
+    slab_rows[s] = (~0ull >> (63 - hi)) & (~0ull << lo);
+  }
+  int64_t active = 0, slices = 0, pos = 0;
+  uint64_t seen = 0;  // OR of the masks of the open slice
+  for (size_t j = 0; j < n; ++j) {
+    for (int64_t left = lens[j]; left > 0;) {
+      const int64_t take = std::min(left, slice - pos % slice);
+      seen |= masks[j];
+      pos += take;
+      left -= take;
+      if (pos % slice == 0) {
+        for (int64_t s = 0; s < slabs && s < 8; ++s) active += (seen & slab_rows[s]) != 0;
+        ++slices;
+        seen = 0;
+      }
+    }
+  }
+  if (pos % slice != 0) {
+    for (int64_t s = 0; s < slabs && s < 8; ++s) active += (seen & slab_rows[s]) != 0;
+    ++slices;
+  }
+  return slices == 0 ? 1.0 : static_cast<double>(active) / static_cast<double>(slices * slabs);
+}
+
 bool model_uses_wide_m16(const DeviceInfo& dev, int64_t m16_ctas) {
   return tile::use_wide_m16(m16_ctas, dev.num_sms, dev.wide_m16_ctas_per_sm);
 }
@@ -177,8 +211,10 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     const ItemSummary& it = items[i];
     if (it.count <= 0) continue;
     if (prev == nullptr || it.rows != prev->rows || it.partial_rows != prev->partial_rows ||
-        it.kv_tokens != prev->kv_tokens || it.tile != prev->tile || it.masked != prev->masked) {
-      c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens, it.masked);
+        it.kv_tokens != prev->kv_tokens || it.tile != prev->tile || it.masked != prev->masked ||
+        it.mma_fraction != prev->mma_fraction) {
+      c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens, it.masked,
+                it.mma_fraction);
       runs.emplace_back(c.us, 0);
       used_class[static_cast<int>(it.tile)] = true;
       max_us = std::max(max_us, c.us);
@@ -224,12 +260,20 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
 double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
   check_device(dev);
   std::vector<ItemSummary> items(plan.items.size());
+  std::vector<int32_t> lens;
   for (size_t i = 0; i < items.size(); ++i) {
     const WorkItem& it = plan.items[i];
     items[i].rows = it.num_rows;
     items[i].kv_tokens = it.kv_tokens;
     items[i].tile = it.tile;
     items[i].masked = it.mask_begin >= 0;
+    if (items[i].masked) {
+      lens.resize(it.num_ranges);
+      for (int32_t j = 0; j < it.num_ranges; ++j) lens[j] = plan.ranges[it.range_begin + j].len;
+      items[i].mma_fraction =
+          masked_mma_fraction(it.tile, plan.shape.group(), plan.shape.head_dim, it.num_rows,
+                              lens.data(), plan.masks.data() + it.mask_begin, lens.size());
+    }
     for (int32_t r = 0; r < it.num_rows; ++r)
       items[i].partial_rows += plan.rows[it.row_begin + r].slot != kFinalOutput;
   }
