@@ -11,6 +11,7 @@
 #include "treeattn/common/half.h"
 #include "treeattn/cpu/random_inputs.h"
 #include "treeattn/cpu/reference.h"
+#include "treeattn/tree/builders.h"
 
 namespace treeattn::gpu_test {
 
@@ -174,6 +175,21 @@ void plan_run_check(const PrefixTree& tree, const Case& c) {
   SCOPED_TRACE("items=" + std::to_string(plan.items.size()) +
                " slots=" + std::to_string(plan.num_slots));
   expect_matches_oracle(tree, c, in, out, lse);
+}
+
+void levels_run_check(const char* levels, const char* planner, bool bf16, uint64_t page_seed,
+                      uint64_t input_seed, int32_t sample_queries) {
+  const LevelSpec spec = parse_levels(levels);
+  const PrefixTree tree = tree_from_levels(spec, PageLayout::kShuffled, page_seed);
+  Case c;
+  c.planner = planner;
+  c.bf16 = bf16;
+  c.num_qo_heads = spec.shape.num_qo_heads;
+  c.num_kv_heads = spec.shape.num_kv_heads;
+  c.head_dim = spec.shape.head_dim;
+  c.seed = input_seed;
+  c.sample_queries = sample_queries;
+  plan_run_check(tree, c);
 }
 
 }  // namespace treeattn::gpu_test

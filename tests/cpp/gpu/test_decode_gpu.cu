@@ -1,7 +1,8 @@
 // GPU tests of DevicePlan and run_decode: every planner x fp16/bf16 x head dims 64/128/256 x GQA
 // ratios (32/32, 32/8, 28/4, 16/1, 64/8, 32/1) x page sizes (1, 16, 32, 64, 256) on random trees
 // and on workload lines with shuffled pages; the combined vLLM KV layout; CUDA-graph capture and
-// replay over a later plan that fits; reallocation on upload; argument validation with messages.
+// replay over a later plan that fits; reallocation on upload; argument validation with messages;
+// small kM64/kM128 groups, masked and unmasked (the wgmma path on sm_90a), for compute-sanitizer.
 // The cross product is sampled (a rotating schedule) so the suite stays well under two minutes.
 // Outputs are poisoned first and checked against the float64 oracle with compare_to_oracle
 // (treeattn/cpu/compare.h). Every planner of planner_names() runs: one that throws fails.
@@ -115,6 +116,30 @@ TEST(DecodeGpu, WorkloadLinesShuffledPages) {
         plan_run_check(tree, c);
       }
     }
+  }
+}
+
+TEST(DecodeGpu, BlockGroupsSmall) {
+  TA_REQUIRE_GPU();
+  // kM64 / kM128 items (wgmma on sm_90a): unmasked (node: the root's 64 queries) and masked
+  // (flatten: the leaves' block-diagonal masks), head dims 64/128, fp16/bf16; sized for
+  // compute-sanitizer.
+  struct BlockCase {
+    const char* levels;
+    const char* planner;
+    bool bf16;
+  };
+  constexpr BlockCase kCases[] = {
+      {"N=1,2,64 C=130,40,9 heads=32/32 dim=128 page=16", "node", false},    // 64 rows: kM64
+      {"N=1,2,64 C=130,40,9 heads=32/8 dim=64 page=16", "node", true},       // 2 x 128: kM128
+      {"N=1,2,64 C=130,40,9 heads=32/32 dim=64 page=16", "flatten", false},  // masked kM64
+      {"N=1,2,64 C=130,40,9 heads=32/8 dim=128 page=32", "flatten", true},   // masked kM128
+  };
+  uint64_t seed = 7100;
+  for (const BlockCase& bc : kCases) {
+    SCOPED_TRACE(std::string(bc.levels) + " planner=" + bc.planner);
+    levels_run_check(bc.levels, bc.planner, bc.bf16, seed, seed + 1000);
+    ++seed;
   }
 }
 

@@ -10,7 +10,6 @@
 
 #include "gpu_test_util.h"
 #include "treeattn/kernels/decode.h"
-#include "treeattn/tree/builders.h"
 
 namespace treeattn::gpu_test {
 namespace {
@@ -32,19 +31,9 @@ void run_cases(const HeadLoopCase* cases, size_t n, uint64_t seed0) {
   for (size_t i = 0; i < n; ++i) {
     const HeadLoopCase& hc = cases[i];
     set_kv_heads_per_cta(hc.heads_per_cta);
-    const LevelSpec spec = parse_levels(hc.levels);
-    const PrefixTree tree = tree_from_levels(spec, PageLayout::kShuffled, seed0 + i);
-    Case c;
-    c.planner = hc.planner;
-    c.bf16 = hc.bf16;
-    c.num_qo_heads = spec.shape.num_qo_heads;
-    c.num_kv_heads = spec.shape.num_kv_heads;
-    c.head_dim = spec.shape.head_dim;
-    c.seed = seed0 + 1000 + i;
-    c.sample_queries = 24;
     SCOPED_TRACE(std::string(hc.levels) + " planner=" + hc.planner +
                  " heads_per_cta=" + std::to_string(hc.heads_per_cta));
-    plan_run_check(tree, c);
+    levels_run_check(hc.levels, hc.planner, hc.bf16, seed0 + i, seed0 + 1000 + i, 24);
   }
 }
 
