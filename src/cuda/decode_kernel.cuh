@@ -8,13 +8,15 @@
 //                                        qo head kv_head * group + h
 //   sQ  [ROWS][HD]           dtype, 16-byte chunks XOR-swizzled by (row & 7)
 //   sK, sV [STAGES][BN][HD]  dtype, same swizzle; filled by cp.async (zero-fill past the item)
+//                            (kM64/kM128 up to HD 128: HD / 64 column blocks, AttnConfig::swz)
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
 // Warp (wm, wn) owns packed rows [16 wm, 16 wm + 16) and tokens [wn BN/WN, (wn+1) BN/WN) of each
-// KV tile; S = Q K^T and O += P V run on mma.sync m16n8k16 (fp32 accumulate), online softmax in
-// the exp2 domain; in a masked item a warp skips the tiles where none of its rows sees a token.
-// The epilogue stages every warp's (O, m, l) in shared memory (aliasing the
-// stages), merges the WN column warps, and writes the final output (dtype, + natural-log LSE) or
-// the fp32 partial slot of each row.
+// KV tile; S = Q K^T and O += P V run on mma.sync m16n8k16 (fp32 accumulate), or per warpgroup
+// of 64 rows on wgmma (sm_90a, kM64/kM128 up to HD 128, wgmma.cuh), online softmax in the exp2
+// domain; in a masked item a warp (warpgroup) skips the tiles none of its rows sees. The
+// epilogue stages every warp's (O, m, l) in shared memory (aliasing the stages), merges the WN
+// column warps, and writes the final output (dtype, + natural-log LSE) or the fp32 partial slot
+// of each row.
 #pragma once
 
 #include <cuda_bf16.h>
