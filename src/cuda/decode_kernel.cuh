@@ -139,7 +139,7 @@ struct AttnConfig {
   static constexpr int WM = warps_m(kClass);
   static constexpr int WN = warps_n(kClass, HD);
   static constexpr int ROWS = 16 * WM;
-  static constexpr int BNW = BN / WN;  ///< tokens per warp per tile
+  static constexpr int BNW = warp_tokens(kClass, HD);  ///< tokens per warp per tile
   static constexpr int THREADS = 32 * WM * WN;
   static constexpr int STAGES = num_stages(kClass);
   static_assert(STAGES >= 2, "pipeline");
@@ -341,19 +341,14 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     uint64_t warp_rows = 0;
     if (masked && mma_active) {
       constexpr int kMmaRows = C::USE_WGMMA ? 64 : 16;
-      const int first = kMmaRows * (16 * wm / kMmaRows);
-      const int r_lo = min(first / group, kMaxMaskedRows - 1);
-      const int r_hi = min((min(first + kMmaRows, packed_rows) - 1) / group, kMaxMaskedRows - 1);
-      warp_rows = (~0ull >> (63 - r_hi)) & (~0ull << r_lo);
+      warp_rows = slab_row_bits(kMmaRows * (16 * wm / kMmaRows), kMmaRows, packed_rows, group);
     }
     const float scale_log2 = p.scale_log2;
 
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % C::STAGES;
       cp_async_wait<C::STAGES - 2>();
-#if TREEATTN_WGMMA
       if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
-#endif
       __syncthreads();
       if constexpr (C::Q_IN_REGS) {
         if (tile == 0) {
@@ -395,7 +390,6 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       for (int n = 0; n < NT_S; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s_acc[n][e] = 0.f;
-#if TREEATTN_WGMMA
       if constexpr (C::USE_WGMMA) {
         // A fresh copy of Q per tile (q_frag ^ zero, the zero opaque to the compiler): with the
         // loop-invariant fragment itself as the A operand, ptxas (CUDA 13.0) reuses its registers
@@ -416,8 +410,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_regs(s_acc);
-      } else
-#endif
+      } else {
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) {
           uint32_t a[4];
@@ -439,6 +432,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
             mma16816<kDType>(s_acc[2 * np + 1], a, b[2], b[3]);
           }
         }
+      }
 
       // scale into the exp2 domain; hide tokens past the item or outside the row's mask
       const int tile_tok = tile * BN;
@@ -500,7 +494,6 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       }
 
       // O += P V   [16 x HD], k = the warp's BNW tokens
-#if TREEATTN_WGMMA
       if constexpr (C::USE_WGMMA) {
         wgmma_fence_regs(p_frag);
         wgmma_fence_regs(o_acc);
@@ -515,8 +508,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
         wgmma_wait<0>();
         wgmma_fence_regs(o_acc);
         wgmma_fence_regs(p_frag);
-      } else
-#endif
+      } else {
 #pragma unroll
         for (int kk = 0; kk < BNW / 16; ++kk) {
           const uint32_t a[4] = {p_frag[2 * kk][0], p_frag[2 * kk][1], p_frag[2 * kk + 1][0],
@@ -532,6 +524,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
             mma16816<kDType>(o_acc[2 * dp + 1], a, b[2], b[3]);
           }
         }
+      }
     }
 
     // ---- epilogue: stage (O, m, l) of every warp in shared memory (aliases the stages)

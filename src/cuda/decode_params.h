@@ -44,7 +44,9 @@ using tile::kNumKernelConfigs;
 using tile::kv_tile;
 using tile::num_stages;
 using tile::plan_class;
+using tile::slab_row_bits;
 using tile::use_wide_m16;
+using tile::warp_tokens;
 using tile::warps_m;
 using tile::warps_n;
 

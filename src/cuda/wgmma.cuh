@@ -22,6 +22,8 @@
 
 namespace treeattn::cuda_detail {
 
+// 1 in the sm_90a device pass: the kernels branch on it with if constexpr, so the wrappers below
+// are only instantiated there.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TREEATTN_WGMMA 1
 #else
@@ -36,7 +38,6 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr, uint32_t lbo_
          (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
 }
 
-#if TREEATTN_WGMMA
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -124,6 +125,5 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
     TREEATTN_WGMMA_RS(128, "bf16");
   }
 }
-#endif  // TREEATTN_WGMMA
 
 }  // namespace treeattn::cuda_detail

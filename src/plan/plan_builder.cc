@@ -57,7 +57,6 @@ void PlanBuilder::begin_item() {
     cost_items_.emplace_back();
     item_block_.push_back(static_cast<int32_t>(blocks_.size()) - 1);
     item_masked_ = false;
-    cost_mask_and_ = ~0ull;
     item_masks_.clear();
     cost_lens_.clear();
     return;
@@ -90,7 +89,6 @@ void PlanBuilder::add_masked_range(int32_t node, int32_t begin, int32_t end, uin
   if (end <= begin || mask == 0) return;
   if (cost_only_) {  // what the cost model reads: KV tokens and whether the item is masked
     cost_items_.back().kv_tokens += end - begin;
-    cost_mask_and_ &= mask;
     item_masks_.push_back(mask);
     cost_lens_.push_back(end - begin);
     if (mask != ~0ull) item_masked_ = true;
@@ -125,6 +123,18 @@ void PlanBuilder::add_path_ranges(const int32_t* path, int32_t n, int64_t tok_be
   }
 }
 
+bool PlanBuilder::clip_item_masks(int32_t rows) {
+  TA_CHECK_ARG(rows <= kMaxMaskedRows, "masks", "masked items hold at most ", kMaxMaskedRows,
+               " rows, got ", rows);
+  const uint64_t valid = rows == 64 ? ~0ull : ((1ull << rows) - 1ull);
+  bool all_full = true;
+  for (uint64_t& m : item_masks_) {
+    m &= valid;
+    all_full = all_full && m == valid;
+  }
+  return !all_full;
+}
+
 int32_t PlanBuilder::end_item(TileClass min_tile) {
   if (cost_only_) {
     ItemSummary& c = cost_items_.back();
@@ -135,12 +145,7 @@ int32_t PlanBuilder::end_item(TileClass min_tile) {
       item_block_.pop_back();
       return -1;
     }
-    if (item_masked_) {  // as the full builder: masked unless every mask covers every row
-      TA_CHECK_ARG(c.rows <= kMaxMaskedRows, "masks", "masked items hold at most ", kMaxMaskedRows,
-                   " rows, got ", c.rows);
-      const uint64_t valid = c.rows == 64 ? ~0ull : ((1ull << c.rows) - 1ull);
-      c.masked = (cost_mask_and_ & valid) != valid;
-    }
+    c.masked = item_masked_ && clip_item_masks(c.rows);
     c.tile = std::max(tile_for(c.rows), min_tile);
     if (c.masked)
       c.mma_fraction =
@@ -155,19 +160,9 @@ int32_t PlanBuilder::end_item(TileClass min_tile) {
     plan_.items.pop_back();
     return -1;
   }
-  if (item_masked_) {
-    TA_CHECK_ARG(it.num_rows <= kMaxMaskedRows, "masks", "masked items hold at most ",
-                 kMaxMaskedRows, " rows, got ", it.num_rows);
-    const uint64_t valid = it.num_rows == 64 ? ~0ull : ((1ull << it.num_rows) - 1ull);
-    bool all_full = true;
-    for (uint64_t& m : item_masks_) {
-      m &= valid;
-      all_full = all_full && m == valid;
-    }
-    if (!all_full) {
-      it.mask_begin = static_cast<int32_t>(plan_.masks.size());
-      plan_.masks.insert(plan_.masks.end(), item_masks_.begin(), item_masks_.end());
-    }
+  if (item_masked_ && clip_item_masks(it.num_rows)) {
+    it.mask_begin = static_cast<int32_t>(plan_.masks.size());
+    plan_.masks.insert(plan_.masks.end(), item_masks_.begin(), item_masks_.end());
   }
   it.tile = std::max(tile_for(it.num_rows), min_tile);
   return num_items() - 1;

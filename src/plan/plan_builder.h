@@ -158,6 +158,9 @@ class PlanBuilder {
   /// Cost-only emit_group over a chain cut into `pieces`.
   void emit_chunks_cost(const int32_t* queries, int32_t num_queries, const KvPieces& pieces,
                         int32_t cap, TileClass min_tile);
+  /// Clips the open item's masks to its `rows` rows (throws past kMaxMaskedRows); true when one
+  /// of them still leaves a row out, i.e. the item is masked.
+  bool clip_item_masks(int32_t rows);
   /// Tile class of an item of `rows` queries (throws past 128 packed rows).
   TileClass tile_for(int32_t rows) const {
     const int32_t packed = rows * group_;
@@ -176,11 +179,10 @@ class PlanBuilder {
   bool cost_only_ = false;
   int32_t group_ = 1;
   std::vector<int32_t> node_page_base_;
-  std::vector<uint64_t> item_masks_;  // masks of the open item, one per range
+  std::vector<uint64_t> item_masks_;  // masks of the open item, one per range (both modes)
   std::vector<int32_t> cost_lens_;    // kCostOnly: the open item's range lengths (item_masks_)
   std::vector<Seg> segs_;             // emit_chain
   bool item_masked_ = false;
-  uint64_t cost_mask_and_ = ~0ull;  // kCostOnly: AND of the open item's masks
   // kCostOnly: items as ItemSummaries (cost_items_, with the row block of each in item_block_);
   // their rows in blocks of row_query_ (emit_group stores a chunk's rows once for all its KV
   // pieces: `copies` items share the block).

@@ -44,7 +44,22 @@ constexpr int warps_n(int cfg, int head_dim) {
          : cfg == kConfigDeep ? (kv_tile(cfg, head_dim) / 16 >= 4 ? 4 : kv_tile(cfg, head_dim) / 16)
                               : 1;
 }
+/// KV tokens one warp takes of each tile (its slice of the tile).
+constexpr int warp_tokens(int cfg, int head_dim) {
+  return kv_tile(cfg, head_dim) / warps_n(cfg, head_dim);
+}
 constexpr int num_stages(int /*cfg*/) { return 3; }
+
+/// Item-row bits (bit r = item row r; a mask word has 64) of the packed rows
+/// [first, first + n) of an item of `packed_rows` packed rows, `group` per item row: the rows one
+/// MMA slab (a warp's 16, a warpgroup's 64) covers. In a masked item the kernel skips a slab's KV
+/// slice when no mask word of the slice has one of these bits, and the cost model counts the same.
+constexpr uint64_t slab_row_bits(int first, int n, int packed_rows, int group) {
+  const int last = (first + n < packed_rows ? first + n : packed_rows) - 1;
+  const int lo = first / group < 63 ? first / group : 63;
+  const int hi = last / group < 63 ? last / group : 63;
+  return (~0ull >> (63 - hi)) & (~0ull << lo);
+}
 /// True for the configs that walk several KV heads per CTA (the kM16 ones).
 constexpr bool head_loop(int cfg) { return plan_class(cfg) == 0; }
 

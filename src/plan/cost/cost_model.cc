@@ -135,35 +135,30 @@ double lpt_makespan(std::vector<std::pair<double, int64_t>>* runs, int64_t slots
 
 double masked_mma_fraction(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
                            const uint64_t* masks, size_t n) {
-  const int cfg = static_cast<int>(tile);  // plan class == kernel config for kM64 / kM128
-  const int64_t slice = tile == TileClass::kM16 ? 16 : tile::kv_tile(cfg, head_dim);
-  const int64_t packed = static_cast<int64_t>(rows) * group;
-  const int64_t slabs = std::max<int64_t>(1, ceil_div(packed, 16));
-  uint64_t slab_rows[8] = {};  // item-row bits of each slab (<= 128 packed rows)
-  for (int64_t s = 0; s < slabs && s < 8; ++s) {
-    const int64_t lo = std::min<int64_t>(16 * s / group, 63);
-    const int64_t hi = std::min<int64_t>((std::min<int64_t>(16 * s + 16, packed) - 1) / group, 63);
-    slab_rows[s] = (~0ull >> (63 - hi)) & (~0ull << lo);
-  }
+  // kernel config: kM64 / kM128 run as their plan class; both kM16 variants take 16-token slices
+  const int cfg = tile == TileClass::kM16 ? tile::kConfigDeep : static_cast<int>(tile);
+  const int64_t slice = tile::warp_tokens(cfg, head_dim);
+  const int packed = rows * group;
+  const int slabs = std::clamp(static_cast<int>(ceil_div(packed, 16)), 1, 8);  // <= 128 rows
+  uint64_t slab_rows[8] = {};
+  for (int s = 0; s < slabs; ++s) slab_rows[s] = tile::slab_row_bits(16 * s, 16, packed, group);
   int64_t active = 0, slices = 0, pos = 0;
   uint64_t seen = 0;  // OR of the masks of the open slice
+  auto close_slice = [&] {
+    for (int s = 0; s < slabs; ++s) active += (seen & slab_rows[s]) != 0;
+    ++slices;
+    seen = 0;
+  };
   for (size_t j = 0; j < n; ++j) {
     for (int64_t left = lens[j]; left > 0;) {
       const int64_t take = std::min(left, slice - pos % slice);
       seen |= masks[j];
       pos += take;
       left -= take;
-      if (pos % slice == 0) {
-        for (int64_t s = 0; s < slabs && s < 8; ++s) active += (seen & slab_rows[s]) != 0;
-        ++slices;
-        seen = 0;
-      }
+      if (pos % slice == 0) close_slice();
     }
   }
-  if (pos % slice != 0) {
-    for (int64_t s = 0; s < slabs && s < 8; ++s) active += (seen & slab_rows[s]) != 0;
-    ++slices;
-  }
+  if (pos % slice != 0) close_slice();
   return slices == 0 ? 1.0 : static_cast<double>(active) / static_cast<double>(slices * slabs);
 }
 
