@@ -7,7 +7,8 @@
 //   packed rows  pr = r * group + h  <->  item row r (query rows[row_begin + r].query),
 //                                        qo head kv_head * group + h
 //   sQ  [ROWS][HD]           dtype, 16-byte chunks XOR-swizzled by (row & 7)
-//   sK, sV [STAGES][BN][HD]  dtype, same swizzle; filled by cp.async (zero-fill past the item)
+//   sK, sV [STAGES][BN][HD]  dtype, same swizzle; filled by cp.async (zero-fill past the item),
+//                            each token row's page address computed by one lane of its warp
 //                            (kM64/kM128 up to HD 128: HD / 64 column blocks, AttnConfig::swz)
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
 // Warp (wm, wn) owns packed rows [16 wm, 16 wm + 16) and tokens [wn BN/WN, (wn+1) BN/WN) of each
@@ -275,10 +276,18 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       }
     }
 
-    // ---- KV loader: each thread owns chunk column tid % CPT of tokens tid / CPT + k*ROWS_PER_PASS
+    // ---- KV loader. Per pass of a tile, each warp copies 32 / CPT token rows (lane / CPT picks
+    // the row, lane % CPT its 16-byte chunk column). A row's address chain (range seek, page id,
+    // mask word) runs once, in one lane of the warp, and reaches the row's other lanes by a
+    // shuffle: lane i < WROWS computes the warp's i-th row of the tile.
     const T* gk = static_cast<const T*>(p.k);
     const T* gv = static_cast<const T*>(p.v);
     const int64_t head_off = kv_head * p.head_stride + (tid % CPT) * 8;
+    constexpr int RPW = 32 / CPT;                  // rows per warp per pass
+    constexpr int PASSES = BN / C::ROWS_PER_PASS;  // passes per tile
+    constexpr int WROWS = PASSES * RPW;            // rows per warp per tile
+    static_assert(32 % CPT == 0 && WROWS <= 32, "one lane per row of the warp's tile share");
+    const int lane_row = (lane / RPW) * C::ROWS_PER_PASS + warp * RPW + lane % RPW;
     RangeCursor cursor;
     cursor.init(p.ranges + item.range_begin, item.num_ranges);
     const int num_tiles = (item.kv_tokens + BN - 1) / BN;
@@ -286,13 +295,10 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     auto load_tile = [&](int tile, int stage) {
       const uint32_t sK = s_base + stage * C::STAGE_BYTES;
       const uint32_t sV = sK + C::TILE_BYTES;
-      const int c = tid % CPT;
-#pragma unroll
-      for (int j0 = 0; j0 < BN; j0 += C::ROWS_PER_PASS) {
-        const int j = j0 + tid / CPT;
-        const int pos = tile * BN + j;
-        int bytes = 0;
-        int64_t off = 0;
+      // element offset of row lane_row's page slot (without the head and chunk), -1 past the item
+      long long row_off = -1;
+      if (lane < WROWS) {
+        const int pos = tile * BN + lane_row;
         uint64_t mword = 0;
         if (pos < item.kv_tokens) {
           cursor.seek(pos);
@@ -301,13 +307,20 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
               p.page_shift >= 0 ? in_range >> p.page_shift : in_range / p.page_size;
           const int slot = in_range - page_local * p.page_size;
           const int page = p.page_ids[cursor.cur.page_begin + page_local];
-          off = page * p.page_stride + slot * p.slot_stride + head_off;
-          bytes = 16;
+          row_off = page * p.page_stride + slot * p.slot_stride;
           if (masked) mword = p.masks[item.mask_begin + cursor.idx];
         }
-        cp_async16(sK + C::template swz<BN>(j, c), gk + off, bytes);
-        cp_async16(sV + C::template swz<BN>(j, c), gv + off, bytes);
-        if (masked && c == 0) sMask[stage * BN + j] = mword;
+        if (masked) sMask[stage * BN + lane_row] = mword;
+      }
+      const int c = tid % CPT;
+#pragma unroll
+      for (int k = 0; k < PASSES; ++k) {
+        const long long off = __shfl_sync(0xffffffffu, row_off, k * RPW + lane / CPT);
+        const int j = k * C::ROWS_PER_PASS + tid / CPT;
+        const int64_t src = off >= 0 ? off + head_off : 0;
+        const int bytes = off >= 0 ? 16 : 0;
+        cp_async16(sK + C::template swz<BN>(j, c), gk + src, bytes);
+        cp_async16(sV + C::template swz<BN>(j, c), gv + src, bytes);
       }
     };
 
