@@ -20,6 +20,13 @@ PlanShape plan_shape(const PrefixTree& tree, const PlanOptions& opts) {
   s.head_dim = opts.head_dim;
   s.page_size = tree.page_size;
   s.dtype_bytes = opts.dtype_bytes;
+  // used nodes: those on some query's path (walk up from each query, stop at a marked node)
+  std::vector<char> used(tree.nodes.size(), 0);
+  for (const int32_t leaf : tree.query_node)
+    for (int32_t v = leaf; v != kNoParent && !used[v]; v = tree.nodes[v].parent) {
+      used[v] = 1;
+      s.unique_kv_tokens += tree.nodes[v].tokens;
+    }
   return s;
 }
 

@@ -14,9 +14,10 @@
 namespace treeattn {
 
 struct ItemCost {
-  double bytes = 0;  ///< KV + Q + output/partial bytes this CTA moves
-  double flops = 0;  ///< padded tensor-core FLOPs
-  double us = 0;     ///< estimated CTA time in microseconds
+  double bytes = 0;     ///< KV + Q + output/partial bytes this CTA moves
+  double kv_bytes = 0;  ///< of them, K and V
+  double flops = 0;     ///< padded tensor-core FLOPs
+  double us = 0;        ///< estimated CTA time in microseconds
 };
 
 /// Rows the tensor-core MMA issues for `packed_rows` rows of tile class `tile`: kM16 always 16,

@@ -34,6 +34,10 @@ struct DeviceInfo {
   /// uncalibrated model; the presets carry the fit (docs/cost_model.md).
   double mask_penalty = 0.0;
   double mask_penalty_m16 = 0.0;
+  /// A CTA streams its KV at up to cta_bw_factor x its share of the HBM bandwidth (re-reads of
+  /// KV another CTA also reads hit L2), while the plan as a whole stays bounded by its unique
+  /// bytes over the HBM bandwidth (PlanShape::unique_kv_tokens). 1 = every byte at the HBM share.
+  double cta_bw_factor = 1.0;
 };
 
 /// "a100", "h100", "h200" (case-insensitive); throws std::invalid_argument naming "device".

@@ -64,6 +64,9 @@ struct PlanShape {
   int32_t head_dim = 128;
   int32_t page_size = 16;
   int32_t dtype_bytes = 2;  ///< KV/Q/O element size (fp16/bf16)
+  /// KV tokens of the tree's nodes that some query attends: every plan reads them at least once,
+  /// so they bound its HBM traffic from below (re-reads of them may hit L2). 0 = unknown.
+  int64_t unique_kv_tokens = 0;
   int32_t group() const { return num_qo_heads / num_kv_heads; }
 };
 

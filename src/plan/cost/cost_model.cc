@@ -58,7 +58,8 @@ struct CtaModel {
     const int64_t per_sm = std::max<int64_t>(
         1, std::min<int64_t>(slots_per_sm(dev, wide_m16), (ctas + dev.num_sms - 1) / dev.num_sms));
     const double slots = static_cast<double>(dev.num_sms) * static_cast<double>(per_sm);
-    slot_bw = dev.hbm_read_GBps * 1e3 / slots;                      // bytes per us
+    slot_bw = dev.hbm_read_GBps * 1e3 / slots;  // bytes per us
+    kv_bw = slot_bw * dev.cta_bw_factor;  // KV may come from L2 (the plan bound: unique bytes)
     slot_flops = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency / slots;  // FLOPs per us
     overhead = dev.item_overhead_us;
     mask_scale[0] = 1.0 + dev.mask_penalty_m16;
@@ -77,20 +78,22 @@ struct CtaModel {
   ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv,
                       bool masked = false, double mma_fraction = 1.0) const {
     ItemCost c;
-    c.bytes = static_cast<double>(kv) * D * 2.0 * dt + packed * D * dt + partial * (D * 4.0 + 4.0) +
-              (packed - partial) * D * dt;
+    c.kv_bytes = static_cast<double>(kv) * D * 2.0 * dt;
+    c.bytes =
+        c.kv_bytes + packed * D * dt + partial * (D * 4.0 + 4.0) + (packed - partial) * D * dt;
     c.flops = 4.0 * static_cast<double>(issued_mma_rows(tile, packed)) *
               static_cast<double>((kv + 63) / 64 * 64) * D * mma_fraction;
     const int k = static_cast<int>(tile);
     const double lat =
         static_cast<double>((kv + tile_tokens[k] - 1) / tile_tokens[k]) * tile_lat[k];
-    c.us = overhead + std::max({c.bytes / slot_bw, c.flops / slot_flops, lat});
+    const double io_us = c.kv_bytes / kv_bw + (c.bytes - c.kv_bytes) / slot_bw;
+    c.us = overhead + std::max({io_us, c.flops / slot_flops, lat});
     if (masked) c.us *= mask_scale[k];
     return c;
   }
   double D, dt;
   bool wide;
-  double slot_bw = 0, slot_flops = 0, overhead = 0;
+  double slot_bw = 0, kv_bw = 0, slot_flops = 0, overhead = 0;
   double mask_scale[kNumTileClasses] = {1, 1, 1};  ///< CTA time factor of a masked item
   int64_t tile_tokens[kNumTileClasses] = {64, 64, 64};
   double tile_lat[kNumTileClasses] = {0, 0, 0};
@@ -198,7 +201,7 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   thread_local std::vector<std::pair<double, int64_t>> runs;  // (CTA us, items)
   runs.clear();
   // Totals of integer-valued doubles (exact below 2^53), so they do not depend on item order.
-  double total_bytes = 0, total_flops = 0, sum_us = 0, max_us = 0;
+  double total_bytes = 0, total_kv_bytes = 0, total_flops = 0, sum_us = 0, max_us = 0;
   bool used_class[kNumTileClasses] = {false, false, false};
   const ItemSummary* prev = nullptr;
   ItemCost c;
@@ -218,6 +221,7 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     runs.back().second += it.count;
     sum_us += c.us * static_cast<double>(it.count);
     total_bytes += c.bytes * static_cast<double>(kv_heads * it.count);
+    total_kv_bytes += c.kv_bytes * static_cast<double>(kv_heads * it.count);
     total_flops += c.flops * static_cast<double>(kv_heads * it.count);
   }
   const double bw = dev.hbm_read_GBps * 1e3;                     // bytes per us
@@ -239,7 +243,13 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   }
   // LPT makespan >= max(longest CTA, total CTA time / slots): skip the LPT when even that bound
   // cannot beat prune_above.
-  const double global = std::max(total_bytes / bw, total_flops / rate);
+  // HBM bytes: every CTA's, with its KV counted once per unique token when the shape knows them
+  const double unique_kv =
+      static_cast<double>(s.unique_kv_tokens) * kv_heads * s.head_dim * 2.0 * s.dtype_bytes;
+  const double hbm_bytes = s.unique_kv_tokens > 0
+                               ? total_bytes - total_kv_bytes + std::min(total_kv_bytes, unique_kv)
+                               : total_bytes;
+  const double global = std::max(hbm_bytes / bw, total_flops / rate);
   const double bound =
       std::max({max_us, sum_us * static_cast<double>(kv_heads) / nslots, global}) + fixed;
   if (bound > prune_above * (1 + 1e-9)) return bound;
