@@ -264,6 +264,7 @@ void register_tree(nb::module_& m) {
       .def_rw("mask_penalty", &DeviceInfo::mask_penalty)
       .def_rw("mask_penalty_m16", &DeviceInfo::mask_penalty_m16)
       .def_rw("cta_bw_factor", &DeviceInfo::cta_bw_factor)
+      .def_rw("warpgroup_mma", &DeviceInfo::warpgroup_mma)
       .def("__repr__", [](const DeviceInfo& d) {
         return "DeviceInfo(name='" + d.name + "', num_sms=" + std::to_string(d.num_sms) +
                ", hbm_read_GBps=" + std::to_string(d.hbm_read_GBps) +

@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     // to (masked items only)
     uint64_t warp_rows = 0;
     if (masked && mma_active) {
-      constexpr int kMmaRows = C::USE_WGMMA ? 64 : 16;
+      constexpr int kMmaRows = tile::mma_slab_rows(kClass, HD, C::USE_WGMMA);
       warp_rows = slab_row_bits(kMmaRows * (16 * wm / kMmaRows), kMmaRows, packed_rows, group);
     }
     const float scale_log2 = p.scale_log2;

@@ -43,6 +43,7 @@ PlanBuilder::PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const 
   plan_.planner = planner;
   plan_.shape = plan_shape(tree, opts);
   group_ = plan_.shape.group();
+  warpgroup_mma_ = opts.device.warpgroup_mma;
   const size_t nq = static_cast<size_t>(tree.num_queries());
   if (cost_only_) {
     row_query_.reserve(nq * 2);
@@ -157,7 +158,7 @@ int32_t PlanBuilder::end_item(TileClass min_tile) {
     if (c.masked)
       c.mma_fraction =
           masked_mma_fraction(c.tile, group_, plan_.shape.head_dim, c.rows, cost_lens_.data(),
-                              item_masks_.data(), cost_lens_.size());
+                              item_masks_.data(), cost_lens_.size(), warpgroup_mma_);
     return num_items() - 1;
   }
   WorkItem& it = plan_.items.back();

@@ -178,6 +178,7 @@ class PlanBuilder {
   Plan plan_;
   bool cost_only_ = false;
   int32_t group_ = 1;
+  bool warpgroup_mma_ = false;  ///< opts.device.warpgroup_mma (masked items' MMA slabs)
   std::vector<int32_t> node_page_base_;
   std::vector<uint64_t> item_masks_;  // masks of the open item, one per range (both modes)
   std::vector<int32_t> cost_lens_;    // kCostOnly: the open item's range lengths (item_masks_)

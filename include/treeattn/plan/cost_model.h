@@ -49,10 +49,11 @@ struct ItemSummary {
 
 /// Fraction of a masked item's (warp slab, KV slice) pairs the kernel's MMAs run: the item has
 /// `rows` queries of `group` packed rows each and `n` ranges of lens[j] tokens seen by the rows
-/// whose bit is set in masks[j]. A slab is 16 packed rows; a slice is the tokens one warp takes
-/// of a KV tile (tile_policy.h: 16 for kM16, the whole tile for kM64/kM128).
+/// whose bit is set in masks[j]. A slab is tile::mma_slab_rows packed rows (16; 64 for
+/// kM64/kM128 up to head_dim 128 when `wgmma`); a slice is the tokens one warp takes of a KV tile
+/// (tile_policy.h: 16 for kM16, the whole tile for kM64/kM128).
 double masked_mma_fraction(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
-                           const uint64_t* masks, size_t n);
+                           const uint64_t* masks, size_t n, bool wgmma = false);
 
 /// True when the kernel runs the kM16 launch of a plan with `m16_ctas` kM16 CTAs (items x KV
 /// heads) in its wide variant (treeattn/plan/tile_policy.h, use_wide_m16), as the model assumes.

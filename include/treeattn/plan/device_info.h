@@ -38,6 +38,9 @@ struct DeviceInfo {
   /// KV another CTA also reads hit L2), while the plan as a whole stays bounded by its unique
   /// bytes over the HBM bandwidth (PlanShape::unique_kv_tokens). 1 = every byte at the HBM share.
   double cta_bw_factor = 1.0;
+  /// The kernels run kM64/kM128 (head_dim <= 128) on wgmma, one MMA slab per warpgroup of 64
+  /// rows (sm_90a: the h100/h200 presets), so a masked item skips KV slices per 64 rows, not 16.
+  bool warpgroup_mma = false;
 };
 
 /// "a100", "h100", "h200" (case-insensitive); throws std::invalid_argument naming "device".

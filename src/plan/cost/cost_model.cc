@@ -137,14 +137,17 @@ double lpt_makespan(std::vector<std::pair<double, int64_t>>* runs, int64_t slots
 }  // namespace
 
 double masked_mma_fraction(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
-                           const uint64_t* masks, size_t n) {
+                           const uint64_t* masks, size_t n, bool wgmma) {
   // kernel config: kM64 / kM128 run as their plan class; both kM16 variants take 16-token slices
   const int cfg = tile == TileClass::kM16 ? tile::kConfigDeep : static_cast<int>(tile);
   const int64_t slice = tile::warp_tokens(cfg, head_dim);
   const int packed = rows * group;
-  const int slabs = std::clamp(static_cast<int>(ceil_div(packed, 16)), 1, 8);  // <= 128 rows
+  const int rows_per_slab = tile::mma_slab_rows(cfg, head_dim, wgmma);
+  const int slabs =  // <= 128 rows
+      std::clamp(static_cast<int>(ceil_div(packed, rows_per_slab)), 1, 128 / rows_per_slab);
   uint64_t slab_rows[8] = {};
-  for (int s = 0; s < slabs; ++s) slab_rows[s] = tile::slab_row_bits(16 * s, 16, packed, group);
+  for (int s = 0; s < slabs; ++s)
+    slab_rows[s] = tile::slab_row_bits(rows_per_slab * s, rows_per_slab, packed, group);
   int64_t active = 0, slices = 0, pos = 0;
   uint64_t seen = 0;  // OR of the masks of the open slice
   auto close_slice = [&] {
@@ -275,9 +278,9 @@ double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
     if (items[i].masked) {
       lens.resize(it.num_ranges);
       for (int32_t j = 0; j < it.num_ranges; ++j) lens[j] = plan.ranges[it.range_begin + j].len;
-      items[i].mma_fraction =
-          masked_mma_fraction(it.tile, plan.shape.group(), plan.shape.head_dim, it.num_rows,
-                              lens.data(), plan.masks.data() + it.mask_begin, lens.size());
+      items[i].mma_fraction = masked_mma_fraction(
+          it.tile, plan.shape.group(), plan.shape.head_dim, it.num_rows, lens.data(),
+          plan.masks.data() + it.mask_begin, lens.size(), dev.warpgroup_mma);
     }
     for (int32_t r = 0; r < it.num_rows; ++r)
       items[i].partial_rows += plan.rows[it.row_begin + r].slot != kFinalOutput;

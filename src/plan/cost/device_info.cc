@@ -98,6 +98,7 @@ DeviceInfo device_preset(const std::string& name) {
     d.tc_TFLOPs = h.tc_TFLOPs;
     // H200: the H100 latencies; bytes terms scale with the bandwidth (4.20 / 3.04).
     set_h100_fit(&d);
+    d.warpgroup_mma = n != "a100";  // sm_90a kernels
     if (n == "a100") {
       // Not measured: the H100 kernel terms with latencies scaled by the SM clock ratio
       // (1.98 / 1.41 GHz), no PDL (the merge launch costs a full launch).
