@@ -165,7 +165,7 @@ struct AttnConfig {
   /// kM64 / kM128 up to head_dim 128 keep K, V and Q in wgmma's 128-byte-swizzled column-block
   /// layout (wgmma.cuh) on every target, and run wgmma on sm_90a; the tiles then start at a
   /// 1024-byte boundary (the base is aligned at run time: 1 KB of slack).
-  static constexpr bool BLOCK_LAYOUT = (kClass == 1 || kClass == 2) && HD <= 128;
+  static constexpr bool BLOCK_LAYOUT = tile::block_layout(kClass, HD);
   static constexpr bool USE_WGMMA = BLOCK_LAYOUT && TREEATTN_WGMMA;
   static constexpr int ALIGN_SLACK = BLOCK_LAYOUT ? 1024 : 0;
   static constexpr int SMEM_BYTES = (MAIN_BYTES > EPI_BYTES ? MAIN_BYTES : EPI_BYTES) + ALIGN_SLACK;
@@ -333,8 +333,11 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
 
     // ---- per-warp state
     const bool warp_active = 16 * wm < packed_rows;
-    // wgmma runs per warpgroup (64 rows): its warps compute together, rows past the item too
-    const bool mma_active = C::USE_WGMMA ? 64 * (wm / 4) < packed_rows : warp_active;
+    // The warp's MMA slab (its warpgroup's 64 rows under wgmma, whose warps compute together,
+    // rows past the item too; else its own 16): the slab computes while it has a row of the item.
+    constexpr int kMmaRows = tile::mma_slab_rows(kClass, HD, C::USE_WGMMA);
+    const int slab_first = kMmaRows * (16 * wm / kMmaRows);
+    const bool mma_active = slab_first < packed_rows;
     constexpr int NT_S = BNW / 8;  // n8 tiles of S per warp
     constexpr int NT_O = HD / 8;   // n8 tiles of O
     constexpr int KS = HD / 16;    // k16 steps of Q K^T
@@ -349,13 +352,9 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     const int prow0 = 16 * wm + g;
     const int mrow0 = min(prow0 / group, kMaxMaskedRows - 1);
     const int mrow1 = min((prow0 + 8) / group, kMaxMaskedRows - 1);
-    // mask bits of the item rows the MMA rows of this warp (its warpgroup's under wgmma) belong
-    // to (masked items only)
-    uint64_t warp_rows = 0;
-    if (masked && mma_active) {
-      constexpr int kMmaRows = tile::mma_slab_rows(kClass, HD, C::USE_WGMMA);
-      warp_rows = slab_row_bits(kMmaRows * (16 * wm / kMmaRows), kMmaRows, packed_rows, group);
-    }
+    // mask bits of the item rows of the warp's MMA slab (masked items only)
+    const uint64_t warp_rows =
+        masked && mma_active ? slab_row_bits(slab_first, kMmaRows, packed_rows, group) : 0;
     const float scale_log2 = p.scale_log2;
 
     for (int tile = 0; tile < num_tiles; ++tile) {

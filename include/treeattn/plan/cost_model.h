@@ -53,7 +53,7 @@ struct ItemSummary {
 /// kM64/kM128 up to head_dim 128 when `wgmma`); a slice is the tokens one warp takes of a KV tile
 /// (tile_policy.h: 16 for kM16, the whole tile for kM64/kM128).
 double masked_mma_fraction(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
-                           const uint64_t* masks, size_t n, bool wgmma = false);
+                           const uint64_t* masks, size_t n, bool wgmma);
 
 /// True when the kernel runs the kM16 launch of a plan with `m16_ctas` kM16 CTAs (items x KV
 /// heads) in its wide variant (treeattn/plan/tile_policy.h, use_wide_m16), as the model assumes.

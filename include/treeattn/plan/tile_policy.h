@@ -50,11 +50,16 @@ constexpr int warp_tokens(int cfg, int head_dim) {
 }
 constexpr int num_stages(int /*cfg*/) { return 3; }
 
-/// Rows one MMA slab covers: a warpgroup's 64 where the kernel runs wgmma (`wgmma`: sm_90a;
-/// kM64/kM128 up to head_dim 128), else a warp's 16. In a masked item the kernel skips a KV slice
-/// per slab, and the cost model counts the same.
+/// kM64/kM128 up to head_dim 128 keep K, V and Q in wgmma's column-block layout, and run wgmma
+/// where the target has it (sm_90a).
+constexpr bool block_layout(int cfg, int head_dim) {
+  return (cfg == 1 || cfg == 2) && head_dim <= 128;
+}
+/// Rows one MMA slab covers: a warpgroup's 64 where the kernel runs wgmma (`wgmma`: sm_90a, the
+/// block-layout configs), else a warp's 16. In a masked item the kernel skips a KV slice per slab,
+/// and the cost model counts the same.
 constexpr int mma_slab_rows(int cfg, int head_dim, bool wgmma) {
-  return wgmma && (cfg == 1 || cfg == 2) && head_dim <= 128 ? 64 : 16;
+  return wgmma && block_layout(cfg, head_dim) ? 64 : 16;
 }
 
 /// Item-row bits (bit r = item row r; a mask word has 64) of the packed rows
