@@ -63,13 +63,13 @@ fi
 
 if has sanitize; then
   t0=$(date +%s)
-  SAN_FILTER='DecodeGpu.CombinedKvLayoutAndNoLse:DecodeGpu.InvalidArguments:DecodeGpu.GraphReplayAfterAppend:DecodeGpu.HeadLoopSmall:DecodeGpu.BlockGroupsSmall'
+  SAN_FILTER='DecodeGpu.CombinedKvLayoutAndNoLse:DecodeGpu.InvalidArguments:DecodeGpu.GraphReplayAfterAppend:DecodeGpu.HeadLoopSmall:DecodeGpu.BlockGroupsSmall:DecodeGpu.MergeWithEmptyPartials'
   timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool memcheck --error-exitcode 3 ./$BUILD/treeattn_gpu_tests \
     --gtest_filter="$SAN_FILTER" >"$OUT/memcheck.log" 2>&1
   note "memcheck: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
   t0=$(date +%s)
   timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool racecheck --error-exitcode 3 ./$BUILD/treeattn_gpu_tests \
-    --gtest_filter='DecodeGpu.CombinedKvLayoutAndNoLse:DecodeGpu.HeadLoopSmall:DecodeGpu.BlockGroupsSmall' >"$OUT/racecheck.log" 2>&1
+    --gtest_filter='DecodeGpu.CombinedKvLayoutAndNoLse:DecodeGpu.HeadLoopSmall:DecodeGpu.BlockGroupsSmall:DecodeGpu.MergeWithEmptyPartials' >"$OUT/racecheck.log" 2>&1
   note "racecheck: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
 fi
 

@@ -59,6 +59,7 @@ nb::dict stats_dict(const PyPlan& p, const DeviceInfo& dev) {
 nb::dict layout_dict(const PlanLayout& L) {
   nb::dict d;
   d["class_items"] = std::vector<int64_t>(L.class_items, L.class_items + kNumTileClasses);
+  d["m16_items_planned"] = L.m16_items_planned;
   d["items"] = L.items;
   d["rows"] = L.rows;
   d["ranges"] = L.ranges;

@@ -7,7 +7,8 @@
 //   packed rows  pr = r * group + h  <->  item row r (query rows[row_begin + r].query),
 //                                        qo head kv_head * group + h
 //   sQ  [ROWS][HD]           dtype, 16-byte chunks XOR-swizzled by (row & 7)
-//   sK, sV [STAGES][BN][HD]  dtype, same swizzle; filled by cp.async (zero-fill past the item),
+//   sK, sV [STAGES][BN][HD]  dtype, same swizzle; filled by cp.async (rows past the item repeat
+//                            its last token, hidden by the tail test or a zero mask word),
 //                            each token row's page address computed by one lane of its warp
 //                            (kM64/kM128 up to HD 128: HD / 64 column blocks, AttnConfig::swz)
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
@@ -69,6 +70,10 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
+}
+/// 16-byte global->shared copy, always the full 16 bytes.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -279,10 +284,11 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     // ---- KV loader. Per pass of a tile, each warp copies 32 / CPT token rows (lane / CPT picks
     // the row, lane % CPT its 16-byte chunk column). A row's address chain (range seek, page id,
     // mask word) runs once, in one lane of the warp, and reaches the row's other lanes by a
-    // shuffle: lane i < WROWS computes the warp's i-th row of the tile.
-    const T* gk = static_cast<const T*>(p.k);
-    const T* gv = static_cast<const T*>(p.v);
+    // shuffle: lane i < WROWS computes the warp's i-th row of the tile. Offsets are in elements
+    // from pointers at this thread's head and 16-byte chunk column.
     const int64_t head_off = kv_head * p.head_stride + (tid % CPT) * 8;
+    const T* gk = static_cast<const T*>(p.k) + head_off;
+    const T* gv = static_cast<const T*>(p.v) + head_off;
     constexpr int RPW = 32 / CPT;                  // rows per warp per pass
     constexpr int PASSES = BN / C::ROWS_PER_PASS;  // passes per tile
     constexpr int WROWS = PASSES * RPW;            // rows per warp per tile
@@ -295,32 +301,31 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     auto load_tile = [&](int tile, int stage) {
       const uint32_t sK = s_base + stage * C::STAGE_BYTES;
       const uint32_t sV = sK + C::TILE_BYTES;
-      // element offset of row lane_row's page slot (without the head and chunk), -1 past the item
-      long long row_off = -1;
+      // element offset of row lane_row's page slot (without the head and chunk). A row past the
+      // item re-reads the item's last token: its scores are hidden (the tail test, or a zero mask
+      // word), so its P is 0, and every copy is a full 16 bytes with no per-row predicate.
+      long long row_off = 0;
       if (lane < WROWS) {
-        const int pos = tile * BN + lane_row;
-        uint64_t mword = 0;
-        if (pos < item.kv_tokens) {
-          cursor.seek(pos);
-          const int in_range = cursor.cur.page_offset + (pos - cursor.cur.token_begin);
-          const int page_local =
-              p.page_shift >= 0 ? in_range >> p.page_shift : in_range / p.page_size;
-          const int slot = in_range - page_local * p.page_size;
-          const int page = p.page_ids[cursor.cur.page_begin + page_local];
-          row_off = page * p.page_stride + slot * p.slot_stride;
-          if (masked) mword = p.masks[item.mask_begin + cursor.idx];
-        }
-        if (masked) sMask[stage * BN + lane_row] = mword;
+        const int raw = tile * BN + lane_row;
+        const int pos = min(raw, item.kv_tokens - 1);
+        cursor.seek(pos);
+        const int in_range = cursor.cur.page_offset + (pos - cursor.cur.token_begin);
+        const int page_local =
+            p.page_shift >= 0 ? in_range >> p.page_shift : in_range / p.page_size;
+        const int slot = in_range - page_local * p.page_size;
+        const int page = p.page_ids[cursor.cur.page_begin + page_local];
+        row_off = page * p.page_stride + slot * p.slot_stride;
+        if (masked)
+          sMask[stage * BN + lane_row] =
+              raw < item.kv_tokens ? p.masks[item.mask_begin + cursor.idx] : 0ull;
       }
       const int c = tid % CPT;
 #pragma unroll
       for (int k = 0; k < PASSES; ++k) {
         const long long off = __shfl_sync(0xffffffffu, row_off, k * RPW + lane / CPT);
         const int j = k * C::ROWS_PER_PASS + tid / CPT;
-        const int64_t src = off >= 0 ? off + head_off : 0;
-        const int bytes = off >= 0 ? 16 : 0;
-        cp_async16(sK + C::template swz<BN>(j, c), gk + src, bytes);
-        cp_async16(sV + C::template swz<BN>(j, c), gv + src, bytes);
+        cp_async16(sK + C::template swz<BN>(j, c), gk + off);
+        cp_async16(sV + C::template swz<BN>(j, c), gv + off);
       }
     };
 
@@ -446,50 +451,50 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
         }
       }
 
-      // scale into the exp2 domain; hide tokens past the item or outside the row's mask
+      // hide tokens outside the row's mask or past the item (raw scores: -inf); only masked items
+      // and the item's last tile test, each in its own loop
       const int tile_tok = tile * BN;
-      const bool check = masked || (tile_tok + BN > item.kv_tokens);
+      if (masked) {
 #pragma unroll
-      for (int n = 0; n < NT_S; ++n) {
+        for (int n = 0; n < NT_S; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float s = s_acc[n][e] * scale_log2;
-          if (check) {
-            const int j = wtok + 8 * n + 2 * t4 + (e & 1);
-            bool visible;
-            if (masked) {
-              visible = (sMask[stage * BN + j] >> ((e >> 1) ? mrow1 : mrow0)) & 1ull;
-            } else {
-              visible = tile_tok + j < item.kv_tokens;
-            }
-            if (!visible) s = -INFINITY;
+          for (int e = 0; e < 4; ++e) {
+            const uint64_t word = sMask[stage * BN + wtok + 8 * n + 2 * t4 + (e & 1)];
+            s_acc[n][e] = (word >> ((e >> 1) ? mrow1 : mrow0)) & 1ull ? s_acc[n][e] : -INFINITY;
           }
-          s_acc[n][e] = s;
-        }
+      } else if (tile_tok + BN > item.kv_tokens) {
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (tile_tok + wtok + 8 * n + 2 * t4 + (e & 1) >= item.kv_tokens)
+              s_acc[n][e] = -INFINITY;
       }
 
-      // online softmax (rows g and g+8 of the warp)
-      float m_new[2], m_use[2], alpha[2];
+      // online softmax (rows g and g+8 of the warp) in the exp2 domain: the max is taken over the
+      // raw scores and scaled once (scale_log2 > 0 keeps the order), each p = 2^(s scale - m) is
+      // one FFMA and an ex2
+      float m_use[2], alpha[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        float mx = m_run[i];
+        float mx = -INFINITY;
 #pragma unroll
         for (int n = 0; n < NT_S; ++n) mx = fmaxf(mx, fmaxf(s_acc[n][2 * i], s_acc[n][2 * i + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        m_new[i] = mx;
+        mx = fmaxf(m_run[i], mx * scale_log2);
         m_use[i] = mx == -INFINITY ? 0.f : mx;  // a row that saw nothing yet stays empty
         alpha[i] = fast_exp2(m_run[i] - m_use[i]);
-        m_run[i] = m_new[i];
+        m_run[i] = mx;
       }
       float row_sum[2] = {0.f, 0.f};
       uint32_t p_frag[NT_S][2];  // P rounded to dtype, pairs of columns
 #pragma unroll
       for (int n = 0; n < NT_S; ++n) {
-        const float p0 = fast_exp2(s_acc[n][0] - m_use[0]);
-        const float p1 = fast_exp2(s_acc[n][1] - m_use[0]);
-        const float p2 = fast_exp2(s_acc[n][2] - m_use[1]);
-        const float p3 = fast_exp2(s_acc[n][3] - m_use[1]);
+        const float p0 = fast_exp2(fmaf(s_acc[n][0], scale_log2, -m_use[0]));
+        const float p1 = fast_exp2(fmaf(s_acc[n][1], scale_log2, -m_use[0]));
+        const float p2 = fast_exp2(fmaf(s_acc[n][2], scale_log2, -m_use[1]));
+        const float p3 = fast_exp2(fmaf(s_acc[n][3], scale_log2, -m_use[1]));
         row_sum[0] += p0 + p1;
         row_sum[1] += p2 + p3;
         p_frag[n][0] = Traits::pack(p0, p1);

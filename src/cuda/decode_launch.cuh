@@ -61,7 +61,8 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   if (tile::head_loop(kClass)) {
     const int forced = kv_heads_per_cta_override();
     hpc = forced > 0 ? std::min(forced, kv_heads)
-                     : heads_per_cta(capacity, kv_heads, device_sm_count(), resident);
+                     : heads_per_cta(std::max<int64_t>(layout.m16_items_planned, 1), kv_heads,
+                                     device_sm_count(), resident);
   }
   const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(ceil_div(kv_heads, hpc)));
   cudaError_t err = launch_pdl(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, p, hpc);
@@ -80,7 +81,8 @@ Status launch_plan_impl(const KernelParams& p, const PlanLayout& layout, cudaStr
     if (st == Status::kOk)
       st = launch_attention_class<kDType, kHeadDim, decltype(cls)::value>(p, layout, stream);
   };
-  const int64_t m16_ctas = layout.class_items[0] * layout.shape.num_kv_heads;
+  // from the planned count, not the capacity: the config (and so the bits) ignore the headroom
+  const int64_t m16_ctas = layout.m16_items_planned * layout.shape.num_kv_heads;
   if (use_wide_m16(m16_ctas, device_sm_count())) {
     one(std::integral_constant<int, 0>{});
   } else {

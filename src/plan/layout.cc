@@ -46,6 +46,7 @@ PlanLayout plan_layout(const Plan& plan, double headroom) {
   L.shape = plan.shape;
   for (int c = 0; c < kNumTileClasses; ++c)
     L.class_items[c] = scaled(plan.class_begin[c + 1] - plan.class_begin[c], headroom);
+  L.m16_items_planned = plan.class_begin[1] - plan.class_begin[0];
   L.items = scaled(static_cast<int64_t>(plan.items.size()), headroom);
   L.rows = scaled(static_cast<int64_t>(plan.rows.size()), headroom);
   L.ranges = scaled(static_cast<int64_t>(plan.ranges.size()), headroom);

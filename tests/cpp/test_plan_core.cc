@@ -252,6 +252,9 @@ TEST(PlanLayout, HeadroomAndCapacityErrors) {
   EXPECT_GE(H.rows, static_cast<int64_t>(ps.rows.size() * 1.5));
   EXPECT_GE(H.slots, static_cast<int64_t>(ps.num_slots * 1.5));
   EXPECT_GE(H.total_bytes, L.total_bytes);
+  // the kernel configs come from the planned counts, the same for every headroom
+  EXPECT_EQ(H.m16_items_planned, L.m16_items_planned);
+  EXPECT_EQ(L.m16_items_planned, ps.class_begin[1] - ps.class_begin[0]);
   EXPECT_THROW(plan_layout(ps, 0.5), std::invalid_argument);
   // A layout sized for the big plan holds the small one.
   const PlanLayout B = plan_layout(pb, 1.0);

@@ -28,6 +28,10 @@ struct PlanLayout {
   // kernels launch class_items[c] CTAs per KV head for class c and read the real counts from
   // the DeviceHeader, so a captured graph stays valid for any later plan that fits.
   int64_t class_items[kNumTileClasses] = {0, 0, 0};
+  /// kM16 items of the plan the layout was made for (headroom not applied). The launcher picks
+  /// the kM16 config (wide or deep) and its KV heads per CTA from this count, never from the
+  /// capacity, so the output bits do not depend on the headroom; later plans that fit keep it.
+  int64_t m16_items_planned = 0;
   int64_t items = 0, rows = 0, ranges = 0, page_ids = 0, masks = 0, slots = 0, queries = 0;
   int32_t num_qo_heads = 0, head_dim = 0;
   // byte offsets into the workspace

@@ -4,9 +4,12 @@
 // is the other partial alone) and query 1's partials are all empty (its result must be exactly
 // o = 0, lse = -inf; the executor refuses such a query, so its reference is set by hand).
 // Partials and outputs are poisoned before the run; compare_to_oracle checks every element.
+// Determinism: the same bits run after run and for two grid sizes (workspaces laid out with
+// headroom 1 and 3, so every launch has 1x or 3x the CTAs).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -77,6 +80,55 @@ TEST(DecodeGpu, MergeWithEmptyPartials) {
                           bf16 ? OutputDtype::kBf16 : OutputDtype::kFp16);
     EXPECT_TRUE(r.pass) << r.describe();
     EXPECT_EQ(r.empty_rows, H) << "query 1's heads must all be empty";
+  }
+}
+
+TEST(DecodeGpu, DeterministicAcrossRunsAndGridSizes) {
+  TA_REQUIRE_GPU();
+  struct Line {
+    const char* levels;
+    const char* planner;
+  };
+  // many slots per query, several tile classes, the kM16 head loop (16/1) and masked items
+  const Line lines[] = {{"N=1,4,16,64 C=300,100,50,20 heads=32/8 dim=128 page=16", "fasttree"},
+                        {"N=1,4,16,64 C=300,100,50,20 heads=32/8 dim=128 page=16", "pat"},
+                        {"N=1,2,8,128 C=700,64,40,9 heads=16/1 dim=64 page=1", "node-chunk"},
+                        {"N=1,32 C=2000,30 heads=32/32 dim=128 page=32", "flatten"}};
+  for (const Line& line : lines) {
+    const bool bf16 = &line - lines >= 2;
+    const LevelSpec spec = parse_levels(line.levels);
+    const PrefixTree tree = tree_from_levels(spec, PageLayout::kShuffled, 3);
+    Case c;
+    c.planner = line.planner;
+    c.bf16 = bf16;
+    c.num_qo_heads = spec.shape.num_qo_heads;
+    c.num_kv_heads = spec.shape.num_kv_heads;
+    c.head_dim = spec.shape.head_dim;
+    c.sample_queries = 1 << 20;  // every query
+    SCOPED_TRACE(c.describe() + " " + line.levels);
+    const Plan plan = make_case_plan(tree, c);
+    ASSERT_GT(plan.num_slots, 0) << "the line must merge partials";
+    CaseInputs in;
+    fill_inputs(tree, c, 99, &in);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    DevicePlan small, large;
+    small.upload(plan, nullptr, 1.0);
+    large.upload(plan, nullptr, 3.0);
+    std::vector<uint16_t> ref_out, out;
+    std::vector<float> ref_lse, lse;
+    run_and_fetch(small, in, nullptr, nullptr, &ref_out, &ref_lse);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    expect_matches_oracle(tree, c, in, ref_out, ref_lse);
+    for (int run = 0; run < 20; ++run) {
+      for (const DevicePlan* dp : {&small, &large}) {
+        run_and_fetch(*dp, in, nullptr, nullptr, &out, &lse);
+        ASSERT_FALSE(::testing::Test::HasFatalFailure());
+        ASSERT_EQ(out, ref_out) << "output bits differ: run " << run
+                                << (dp == &small ? " headroom 1" : " headroom 3");
+        ASSERT_EQ(0, std::memcmp(lse.data(), ref_lse.data(), lse.size() * sizeof(float)))
+            << "LSE bits differ: run " << run;
+      }
+    }
   }
 }
 
