@@ -233,11 +233,9 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
   constexpr int HD = C::HD, BN = C::BN, CPT = C::CPT, BNW = C::BNW, WN = C::WN;
 
   pdl_launch_dependents();
-  const DeviceHeader& hdr = *p.header;
   constexpr int kPlanClass = plan_class(kClass);
-  const int item_idx = hdr.class_begin[kPlanClass] + static_cast<int>(blockIdx.x);
-  if (item_idx >= hdr.class_begin[kPlanClass + 1]) return;  // capacity launched, real count smaller
-  const DeviceItem item = p.items[item_idx];
+  const DeviceItem item = p.items[p.class_item_off[kPlanClass] + static_cast<int>(blockIdx.x)];
+  if (item.num_rows == 0) return;  // capacity launched, the plan's items of the class ended
   const int group = p.group;
   // KV heads of this CTA: [kv_head0, kv_head_end), one after the other (the head loop)
   const int hpc = tile::head_loop(kClass) ? heads_per_cta : 1;
@@ -420,10 +418,10 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
         wgmma_fence_regs(qa);
         wgmma_fence_regs(s_acc);
         wgmma_fence();
+        const WgmmaDesc dk = wgmma_desc(sK, 16, 1024);
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks)
-          wgmma_rs<kDType, BN, 0>(
-              s_acc, qa[ks], wgmma_desc(sK + (ks >> 2) * (BN * 128) + (ks & 3) * 32, 16, 1024));
+          wgmma_rs<kDType, BN, 0>(s_acc, qa[ks], dk.at((ks >> 2) * (BN * 128) + (ks & 3) * 32));
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_regs(s_acc);
@@ -515,11 +513,12 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
         wgmma_fence_regs(p_frag);
         wgmma_fence_regs(o_acc);
         wgmma_fence();
+        const WgmmaDesc dv = wgmma_desc(sV, BN * 128, 1024);
 #pragma unroll
         for (int kk = 0; kk < BNW / 16; ++kk) {
           const uint32_t a[4] = {p_frag[2 * kk][0], p_frag[2 * kk][1], p_frag[2 * kk + 1][0],
                                  p_frag[2 * kk + 1][1]};
-          wgmma_rs<kDType, HD, 1>(o_acc, a, wgmma_desc(sV + kk * 2048, BN * 128, 1024));
+          wgmma_rs<kDType, HD, 1>(o_acc, a, dv.at(kk * 2048));
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -628,7 +627,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
 
 constexpr int kMergeThreads = 256;
 
-/// One CTA per query (grid = layout capacity, exits past header.num_queries); queries without
+/// One CTA per query (grid = layout capacity; no work past the plan's queries); queries without
 /// merge slots were written by the attention kernel. Each thread owns (head, 8-element chunk)
 /// pairs. Two passes over the query's slots, both in slot order (deterministic, no atomics):
 /// the max LSE, then the exp-weighted sum of the partial outputs. The loads of one pass do not
@@ -643,7 +642,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Kerne
   pdl_launch_dependents();
   pdl_wait();  // partials come from the attention kernels before us
   const int query = blockIdx.x;
-  if (query >= p.header->num_queries) return;
+  // past the plan's queries merge_indptr is zero, so begin >= end there too
   const int begin = p.merge_indptr[query], end = p.merge_indptr[query + 1];
   if (begin >= end) return;
   const int pairs = p.num_qo_heads * CPT;

@@ -21,10 +21,9 @@ struct KernelParams {
   int64_t page_stride, slot_stride, head_stride;
   void* out;
   int64_t o_stride_query, o_stride_head;
-  float* lse;  ///< optional, natural log
-  const DeviceHeader* header;
-  const DeviceItem* items;
-  const int32_t* rows;  ///< int32 pairs (query, slot)
+  float* lse;               ///< optional, natural log
+  const DeviceItem* items;  ///< class c's items from class_item_off[c] (an empty item ends it)
+  const int32_t* rows;      ///< int32 pairs (query, slot)
   const DeviceRange* ranges;
   const int32_t* page_ids;
   const uint64_t* masks;
@@ -35,6 +34,7 @@ struct KernelParams {
   int32_t num_qo_heads, group, page_size;
   int32_t page_shift;  ///< log2(page_size) when it is a power of two, else -1
   float scale_log2;    ///< sm_scale * log2(e): logits are kept in the exp2 domain
+  int32_t class_item_off[kNumTileClasses];  ///< PlanLayout::class_item_off
 };
 
 // The tile policy (configs, tile sizes, warps, wide/deep and heads-per-CTA rules) lives in

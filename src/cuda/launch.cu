@@ -198,7 +198,6 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
   p.o_stride_query = args.o_stride_query;
   p.o_stride_head = args.o_stride_head;
   p.lse = args.lse;
-  p.header = reinterpret_cast<const DeviceHeader*>(base + layout.header_off);
   p.items = reinterpret_cast<const DeviceItem*>(base + layout.items_off);
   p.rows = reinterpret_cast<const int32_t*>(base + layout.rows_off);
   p.ranges = reinterpret_cast<const DeviceRange*>(base + layout.ranges_off);
@@ -217,6 +216,8 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
   const float sm_scale =
       args.sm_scale > 0.f ? args.sm_scale : 1.f / std::sqrt(static_cast<float>(shape.head_dim));
   p.scale_log2 = sm_scale * kLog2e;
+  for (int c = 0; c < kNumTileClasses; ++c)
+    p.class_item_off[c] = static_cast<int32_t>(layout.class_item_off[c]);  // < 2^31 (plan_layout)
 
   const Status st = dispatch_dtype(args.dtype, [&](auto dt) {
     return dispatch_head_dim(shape.head_dim, [&](auto hd) {

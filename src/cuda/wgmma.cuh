@@ -30,12 +30,18 @@ namespace treeattn::cuda_detail {
 #define TREEATTN_WGMMA 0
 #endif
 
-/// Shared-memory matrix descriptor, 128-byte swizzle; byte offsets are multiples of 16.
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr, uint32_t lbo_bytes,
-                                               uint32_t sbo_bytes) {
-  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) |
-         (static_cast<uint64_t>(lbo_bytes >> 4) << 16) |
-         (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
+/// Shared-memory matrix descriptor, 128-byte swizzle; byte offsets are multiples of 16. Built once
+/// per tile; at(off) is the descriptor of the matrix `off` bytes further, one 32-bit add (the
+/// start field, address / 16 < 2^14 for any shared-memory address, never carries into LBO).
+struct WgmmaDesc {
+  uint32_t lo, hi;
+  __device__ __forceinline__ uint64_t at(uint32_t off_bytes) const {
+    return (static_cast<uint64_t>(hi) << 32) | (lo + (off_bytes >> 4));
+  }
+};
+__device__ __forceinline__ WgmmaDesc wgmma_desc(uint32_t smem_addr, uint32_t lbo_bytes,
+                                                uint32_t sbo_bytes) {
+  return {((smem_addr & 0x3FFFF) >> 4) | ((lbo_bytes >> 4) << 16), (sbo_bytes >> 4) | (1u << 30)};
 }
 
 __device__ __forceinline__ void wgmma_fence() {

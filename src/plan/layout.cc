@@ -4,8 +4,7 @@
 // plan_fits() says whether a later plan can reuse a layout.
 //
 // Workspace, in order (each array starts on a 256-byte boundary):
-//   DeviceHeader
-//   DeviceItem   [items]
+//   DeviceItem   [items]       class c at [class_item_off[c], + class_items[c]), zero-padded
 //   int32 x 2    [rows]        (query, slot) per PlanRow
 //   DeviceRange  [ranges]      token_begin = prefix sum of len within the range's item
 //   int32        [page_ids]
@@ -44,10 +43,15 @@ PlanLayout plan_layout(const Plan& plan, double headroom) {
                headroom);
   PlanLayout L;
   L.shape = plan.shape;
-  for (int c = 0; c < kNumTileClasses; ++c)
+  L.items = 0;
+  for (int c = 0; c < kNumTileClasses; ++c) {
     L.class_items[c] = scaled(plan.class_begin[c + 1] - plan.class_begin[c], headroom);
+    L.class_item_off[c] = L.items;
+    L.items += L.class_items[c];
+  }
+  TA_CHECK_ARG(static_cast<double>(L.items) <= kMaxCapacity, "headroom", headroom,
+               " makes the item capacity ", L.items, ", above the limit 2^31-1");
   L.m16_items_planned = plan.class_begin[1] - plan.class_begin[0];
-  L.items = scaled(static_cast<int64_t>(plan.items.size()), headroom);
   L.rows = scaled(static_cast<int64_t>(plan.rows.size()), headroom);
   L.ranges = scaled(static_cast<int64_t>(plan.ranges.size()), headroom);
   L.page_ids = scaled(static_cast<int64_t>(plan.page_ids.size()), headroom);
@@ -63,7 +67,6 @@ PlanLayout plan_layout(const Plan& plan, double headroom) {
     off = align_up(off + bytes);
     return at;
   };
-  L.header_off = place(sizeof(DeviceHeader));
   L.items_off = place(L.items * static_cast<int64_t>(sizeof(DeviceItem)));
   L.rows_off = place(L.rows * 2 * static_cast<int64_t>(sizeof(int32_t)));
   L.ranges_off = place(L.ranges * static_cast<int64_t>(sizeof(DeviceRange)));
@@ -108,7 +111,6 @@ void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata) 
   for (int c = 0; c < kNumTileClasses; ++c)
     fits("items of a tile class", plan.class_begin[c + 1] - plan.class_begin[c],
          layout.class_items[c]);
-  fits("items", static_cast<int64_t>(plan.items.size()), layout.items);
   fits("rows", static_cast<int64_t>(plan.rows.size()), layout.rows);
   fits("ranges", static_cast<int64_t>(plan.ranges.size()), layout.ranges);
   fits("page ids", static_cast<int64_t>(plan.page_ids.size()), layout.page_ids);
@@ -123,20 +125,15 @@ void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata) 
   char* base = static_cast<char*>(host_metadata);
   std::memset(base, 0, static_cast<size_t>(layout.metadata_bytes));
 
-  DeviceHeader h{};
-  for (int c = 0; c <= kNumTileClasses; ++c) h.class_begin[c] = plan.class_begin[c];
-  h.num_queries = s.num_queries;
-  h.num_slots = plan.num_slots;
-  std::memcpy(base + layout.header_off, &h, sizeof(h));
-
   auto* items = reinterpret_cast<DeviceItem*>(base + layout.items_off);
   auto* ranges = reinterpret_cast<DeviceRange*>(base + layout.ranges_off);
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    const WorkItem& it = plan.items[i];
-    const DeviceItem d{it.row_begin,  it.num_rows,   it.range_begin,
-                       it.num_ranges, it.mask_begin, it.kv_tokens};
-    std::memcpy(&items[i], &d, sizeof(d));
-  }
+  for (int c = 0; c < kNumTileClasses; ++c)
+    for (int32_t i = plan.class_begin[c]; i < plan.class_begin[c + 1]; ++i) {
+      const WorkItem& it = plan.items[i];
+      const DeviceItem d{it.row_begin,  it.num_rows,   it.range_begin,
+                         it.num_ranges, it.mask_begin, it.kv_tokens};
+      std::memcpy(&items[layout.class_item_off[c] + (i - plan.class_begin[c])], &d, sizeof(d));
+    }
   // token_begin: prefix sums within each item (ranges not referenced by any item get 0).
   for (size_t r = 0; r < plan.ranges.size(); ++r) {
     const KvRange& g = plan.ranges[r];

@@ -188,9 +188,9 @@ TEST(PlanLayout, RoundTrip) {
   Plan p = make_plan(t, opts_for("node"));
   p.masks = {0x3, 0x1};  // exercise the mask array even though no item uses it
   const PlanLayout L = plan_layout(p);
-  const int64_t offs[] = {L.header_off,     L.items_off,     L.rows_off,         L.ranges_off,
-                          L.page_ids_off,   L.masks_off,     L.merge_indptr_off, L.merge_slots_off,
-                          L.metadata_bytes, L.partial_o_off, L.partial_lse_off,  L.total_bytes};
+  const int64_t offs[] = {L.items_off,     L.rows_off,         L.ranges_off,      L.page_ids_off,
+                          L.masks_off,     L.merge_indptr_off, L.merge_slots_off, L.metadata_bytes,
+                          L.partial_o_off, L.partial_lse_off,  L.total_bytes};
   for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); ++i) {
     EXPECT_EQ(offs[i] % 256, 0) << i;
     if (i > 0) EXPECT_LE(offs[i - 1], offs[i]) << i;
@@ -199,14 +199,23 @@ TEST(PlanLayout, RoundTrip) {
             static_cast<int64_t>(p.num_slots) * 8 * 64 * 4 + p.num_slots * 8 * 4);
   std::vector<char> buf(L.metadata_bytes, 0x5a);
   pack_plan(p, L, buf.data());
-  DeviceHeader h;
-  std::memcpy(&h, buf.data() + L.header_off, sizeof(h));
-  for (int c = 0; c <= kNumTileClasses; ++c) EXPECT_EQ(h.class_begin[c], p.class_begin[c]);
-  EXPECT_EQ(h.num_queries, p.shape.num_queries);
-  EXPECT_EQ(h.num_slots, p.num_slots);
+  // item i of class c at class_item_off[c] + (i - class_begin[c]); the class's other slots empty
+  int64_t off = 0;
+  for (int c = 0; c < kNumTileClasses; ++c) {
+    EXPECT_EQ(L.class_item_off[c], off) << c;
+    EXPECT_EQ(L.class_items[c], p.class_begin[c + 1] - p.class_begin[c]) << c;
+    off += L.class_items[c];
+  }
+  EXPECT_EQ(L.items, off);
   for (size_t i = 0; i < p.items.size(); ++i) {
+    int c = 0;
+    while (static_cast<int32_t>(i) >= p.class_begin[c + 1]) ++c;
     DeviceItem d;
-    std::memcpy(&d, buf.data() + L.items_off + i * sizeof(DeviceItem), sizeof(d));
+    std::memcpy(&d,
+                buf.data() + L.items_off +
+                    (L.class_item_off[c] + static_cast<int64_t>(i) - p.class_begin[c]) *
+                        static_cast<int64_t>(sizeof(DeviceItem)),
+                sizeof(d));
     EXPECT_EQ(d.row_begin, p.items[i].row_begin);
     EXPECT_EQ(d.num_rows, p.items[i].num_rows);
     EXPECT_EQ(d.range_begin, p.items[i].range_begin);
@@ -238,6 +247,21 @@ TEST(PlanLayout, RoundTrip) {
                            p.merge_indptr.size() * 4));
   EXPECT_EQ(0, std::memcmp(buf.data() + L.merge_slots_off, p.merge_slots.data(),
                            p.merge_slots.size() * 4));
+  // with headroom every class has spare slots: they hold empty items (num_rows 0), where the
+  // kernels' CTAs exit
+  const PlanLayout H = plan_layout(p, 2.0);
+  std::vector<char> hb(H.metadata_bytes, 0x5a);
+  pack_plan(p, H, hb.data());
+  int64_t empty = 0;
+  for (int c = 0; c < kNumTileClasses; ++c)
+    for (int64_t j = p.class_begin[c + 1] - p.class_begin[c]; j < H.class_items[c]; ++j) {
+      DeviceItem d;
+      std::memcpy(&d, hb.data() + H.items_off + (H.class_item_off[c] + j) * sizeof(DeviceItem),
+                  sizeof(d));
+      EXPECT_EQ(d.num_rows, 0) << "class " << c << " slot " << j;
+      ++empty;
+    }
+  EXPECT_GT(empty, 0);
 }
 
 TEST(PlanLayout, HeadroomAndCapacityErrors) {

@@ -16,18 +16,15 @@ struct DeviceItem {
 struct DeviceRange {
   int32_t page_begin, page_offset, len, token_begin;  ///< token_begin: prefix sum within the item
 };
-struct DeviceHeader {
-  int32_t class_begin[kNumTileClasses + 1];
-  int32_t num_queries;
-  int32_t num_slots;
-};
-
 struct PlanLayout {
   PlanShape shape;  ///< heads, head_dim, page_size, dtype size the workspace was laid out for
   // capacities the layout was sized for (>= the plan's counts; graphs reuse a layout). The
-  // kernels launch class_items[c] CTAs per KV head for class c and read the real counts from
-  // the DeviceHeader, so a captured graph stays valid for any later plan that fits.
+  // items of class c sit at [class_item_off[c], class_item_off[c] + class_items[c]) of the item
+  // array, the plan's first and zeroed entries (num_rows 0) after them. The kernels launch
+  // class_items[c] CTAs per KV head for class c and a CTA whose item is empty exits, so a captured
+  // graph stays valid for any later plan that fits, with no count to read first.
   int64_t class_items[kNumTileClasses] = {0, 0, 0};
+  int64_t class_item_off[kNumTileClasses] = {0, 0, 0};
   /// kM16 items of the plan the layout was made for (headroom not applied). The launcher picks
   /// the kM16 config (wide or deep) and its KV heads per CTA from this count, never from the
   /// capacity, so the output bits do not depend on the headroom; later plans that fit keep it.
@@ -35,9 +32,8 @@ struct PlanLayout {
   int64_t items = 0, rows = 0, ranges = 0, page_ids = 0, masks = 0, slots = 0, queries = 0;
   int32_t num_qo_heads = 0, head_dim = 0;
   // byte offsets into the workspace
-  int64_t header_off = 0, items_off = 0, rows_off = 0, ranges_off = 0, page_ids_off = 0,
-          masks_off = 0, merge_indptr_off = 0, merge_slots_off = 0, partial_o_off = 0,
-          partial_lse_off = 0;
+  int64_t items_off = 0, rows_off = 0, ranges_off = 0, page_ids_off = 0, masks_off = 0,
+          merge_indptr_off = 0, merge_slots_off = 0, partial_o_off = 0, partial_lse_off = 0;
   int64_t metadata_bytes = 0;  ///< [0, metadata_bytes) is plan metadata, copied host -> device
   int64_t total_bytes = 0;     ///< whole workspace (metadata + fp32 partials)
 };

@@ -12,7 +12,7 @@
 //    - deep (config 3): 64-token tiles split over 4 warps: 2 x 32 KB in flight per CTA.
 //      For plans with few, long items, where the bytes in flight per CTA set the speed.
 //    Both walk several KV heads of one item per CTA (the head loop, heads_per_cta()), one after
-//    the other: the item's metadata chain (header -> item -> rows -> ranges) is paid once per CTA
+//    the other: the item's metadata chain (item -> rows -> ranges) is paid once per CTA
 //    and the page ids are cached; each head runs its own pipeline and epilogue.
 //  * kM64 = 4 warps x 16 rows, kM128 = 8 warps x 16 rows: 64-token tiles (32 for head_dim 256),
 //    3 stages, one KV head per CTA. On sm_90a with head_dim <= 128 each warpgroup (64 rows) runs
