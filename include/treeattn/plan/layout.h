@@ -25,9 +25,10 @@ struct PlanLayout {
   // graph stays valid for any later plan that fits, with no count to read first.
   int64_t class_items[kNumTileClasses] = {0, 0, 0};
   int64_t class_item_off[kNumTileClasses] = {0, 0, 0};
-  /// kM16 items of the plan the layout was made for (headroom not applied). The launcher picks
-  /// the kM16 config (wide or deep) and its KV heads per CTA from this count, never from the
-  /// capacity, so the output bits do not depend on the headroom; later plans that fit keep it.
+  /// kM16 items of the plan (headroom not applied): plan_layout sets it, DevicePlan::upload
+  /// updates it for every plan it uploads. The launcher picks the kM16 config (wide or deep) and
+  /// its KV heads per CTA from this count, never from the capacity, so the output bits depend on
+  /// the plan, not on the headroom (a captured graph keeps the config of its capture).
   int64_t m16_items_planned = 0;
   int64_t items = 0, rows = 0, ranges = 0, page_ids = 0, masks = 0, slots = 0, queries = 0;
   int32_t num_qo_heads = 0, head_dim = 0;

@@ -242,6 +242,10 @@ TEST(DecodeGpu, UploadReallocatesOnlyWhenThePlanDoesNotFit) {
   std::vector<float> lse;
   run_and_fetch(dp, in, nullptr, nullptr, &out, &lse);
   expect_matches_oracle(large, c, in, out, lse);
+  // a later plan that fits keeps the workspace, and the launcher's kM16 count follows it
+  dp.upload(p_small, nullptr);
+  EXPECT_TRUE(dp.fits(p_large));
+  EXPECT_EQ(dp.layout().m16_items_planned, p_small.class_begin[1] - p_small.class_begin[0]);
   dp.release();
   EXPECT_FALSE(dp.uploaded());
 }
