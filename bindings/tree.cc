@@ -261,6 +261,7 @@ void register_tree(nb::module_& m) {
       .def_rw("merge_slot_us", &DeviceInfo::merge_slot_us)
       .def_rw("wide_ctas_per_sm", &DeviceInfo::wide_ctas_per_sm)
       .def_rw("wide_m16_ctas_per_sm", &DeviceInfo::wide_m16_ctas_per_sm)
+      .def_rw("m128_ctas_per_sm", &DeviceInfo::m128_ctas_per_sm)
       .def_rw("mask_penalty", &DeviceInfo::mask_penalty)
       .def_rw("mask_penalty_m16", &DeviceInfo::mask_penalty_m16)
       .def_rw("cta_bw_factor", &DeviceInfo::cta_bw_factor)

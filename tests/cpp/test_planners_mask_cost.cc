@@ -1,6 +1,7 @@
 // The cost model's mask term: the cost-only PlanBuilder sees exactly which items end up masked
 // (its estimate equals estimate_plan_us of the full plan for every planner, with a mask penalty
-// in force), and a masked item costs (1 + mask_penalty) x the same item unmasked.
+// in force), and a masked item costs (1 + mask_penalty) x the same item unmasked. Also the
+// occupancy term: a kM128 CTA takes all of an SM's slots when one is resident per SM.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -91,6 +92,31 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   d.mask_penalty = d.mask_penalty_m16 = 0;
   it.masked = true;
   EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &it, 1, 0, 0), m16_plain);
+}
+
+TEST(PlannersMaskCost, KM128CtaTakesAllOfAnSmsSlots) {
+  // Latency-bound kM128 CTAs that fill every slot once with two per SM take two waves when one
+  // kM128 CTA holds an SM (m128_ctas_per_sm = 1, the kernels' occupancy).
+  DeviceInfo d = device_preset("h100");
+  d.tile_latency_m128_us = 5.0;  // 10 tiles: 50 us a CTA, far above its bytes and FLOPs
+  PlanShape s;
+  s.num_qo_heads = 32;
+  s.num_kv_heads = 8;
+  s.head_dim = 128;
+  ItemSummary it;
+  it.rows = 32;  // 128 packed rows
+  it.kv_tokens = 640;
+  it.tile = TileClass::kM128;
+  it.count = d.num_sms * d.ctas_per_sm / s.num_kv_heads;  // one CTA per slot
+  d.m128_ctas_per_sm = 0;                                 // as many as the other classes
+  const double two = estimate_items_us(d, s, &it, 1, 0, 0) - d.launch_overhead_us;
+  d.m128_ctas_per_sm = 1;
+  const double one = estimate_items_us(d, s, &it, 1, 0, 0) - d.launch_overhead_us;
+  EXPECT_NEAR(one / two, 2.0, 1e-9);
+  EXPECT_NEAR(two, d.item_overhead_us + 50.0, 1e-6);
+  EXPECT_EQ(device_preset("h100").m128_ctas_per_sm, 1);
+  d.m128_ctas_per_sm = -1;
+  EXPECT_THROW(validate_device(d), std::invalid_argument);
 }
 
 }  // namespace

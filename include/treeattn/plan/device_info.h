@@ -28,6 +28,10 @@ struct DeviceInfo {
   /// Resident CTAs per SM in plans run with wide kM16 (0: ctas_per_sm).
   int32_t wide_ctas_per_sm = 0;
   int32_t wide_m16_ctas_per_sm = 3;  ///< kernel rule: wide kM16 when kM16 CTAs > this x num_sms
+  /// Resident kM128 CTAs per SM (0: as many as the other classes). With fewer than an SM's
+  /// slots, a kM128 CTA takes slots / m128_ctas_per_sm of them, with their bandwidth and
+  /// tensor-core shares (the kM128 kernels hold one 256-thread CTA of > 128 registers per SM).
+  int32_t m128_ctas_per_sm = 0;
   /// A kM64/kM128 CTA of a masked item (DeFT masks, mask_begin >= 0) takes
   /// (1 + mask_penalty) x the time of the same item unmasked (the per-element mask test in the
   /// softmax of every tile); a kM16 CTA (1 + mask_penalty_m16) x. The defaults 0 give the

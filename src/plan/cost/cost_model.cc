@@ -58,6 +58,10 @@ struct CtaModel {
     const int64_t per_sm = std::max<int64_t>(
         1, std::min<int64_t>(slots_per_sm(dev, wide_m16), (ctas + dev.num_sms - 1) / dev.num_sms));
     const double slots = static_cast<double>(dev.num_sms) * static_cast<double>(per_sm);
+    // a kM128 CTA with fewer resident per SM than the SM's slots takes several slots
+    const int64_t sm_slots = slots_per_sm(dev, wide_m16);
+    if (dev.m128_ctas_per_sm > 0 && dev.m128_ctas_per_sm < sm_slots)
+      weight[2] = std::max<int64_t>(1, sm_slots / dev.m128_ctas_per_sm);
     slot_bw = dev.hbm_read_GBps * 1e3 / slots;  // bytes per us
     kv_bw = slot_bw * dev.cta_bw_factor;  // KV may come from L2 (the plan bound: unique bytes)
     slot_flops = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency / slots;  // FLOPs per us
@@ -86,8 +90,9 @@ struct CtaModel {
     const int k = static_cast<int>(tile);
     const double lat =
         static_cast<double>((kv + tile_tokens[k] - 1) / tile_tokens[k]) * tile_lat[k];
-    const double io_us = c.kv_bytes / kv_bw + (c.bytes - c.kv_bytes) / slot_bw;
-    c.us = overhead + std::max({io_us, c.flops / slot_flops, lat});
+    const double w = static_cast<double>(weight[k]);  // slots the CTA takes
+    const double io_us = (c.kv_bytes / kv_bw + (c.bytes - c.kv_bytes) / slot_bw) / w;
+    c.us = overhead + std::max({io_us, c.flops / (slot_flops * w), lat});
     if (masked) c.us *= mask_scale[k];
     return c;
   }
@@ -96,6 +101,7 @@ struct CtaModel {
   double slot_bw = 0, kv_bw = 0, slot_flops = 0, overhead = 0;
   double mask_scale[kNumTileClasses] = {1, 1, 1};  ///< CTA time factor of a masked item
   int64_t tile_tokens[kNumTileClasses] = {64, 64, 64};
+  int64_t weight[kNumTileClasses] = {1, 1, 1};  ///< slots one CTA of the class takes
   double tile_lat[kNumTileClasses] = {0, 0, 0};
 };
 
@@ -221,8 +227,9 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
       max_us = std::max(max_us, c.us);
       prev = &it;
     }
-    runs.back().second += it.count;
-    sum_us += c.us * static_cast<double>(it.count);
+    const int64_t w = model.weight[static_cast<int>(it.tile)];
+    runs.back().second += it.count * w;  // a CTA taking w slots: w entries of its time
+    sum_us += c.us * static_cast<double>(it.count * w);
     total_bytes += c.bytes * static_cast<double>(kv_heads * it.count);
     total_kv_bytes += c.kv_bytes * static_cast<double>(kv_heads * it.count);
     total_flops += c.flops * static_cast<double>(kv_heads * it.count);

@@ -37,6 +37,7 @@ void set_h100_fit(DeviceInfo* d) {
   d->ctas_per_sm = 2;                // kernel occupancy (src/cuda/decode_params.h)
   d->wide_ctas_per_sm = 4;
   d->wide_m16_ctas_per_sm = 3;
+  d->m128_ctas_per_sm = 1;  // cudaOccupancyMaxActiveBlocksPerMultiprocessor, every head_dim
 }
 
 /// The hardware figures of each preset (achievable ceilings, see the file comment).
@@ -68,6 +69,7 @@ void validate_device(const DeviceInfo& d) {
   check_count(d.ctas_per_sm, 1, "ctas_per_sm");
   check_count(d.wide_ctas_per_sm, 0, "wide_ctas_per_sm");
   check_count(d.wide_m16_ctas_per_sm, 0, "wide_m16_ctas_per_sm");
+  check_count(d.m128_ctas_per_sm, 0, "m128_ctas_per_sm");
   check_real(d.hbm_read_GBps, true, "hbm_read_GBps");
   check_real(d.tc_TFLOPs, true, "tc_TFLOPs");
   check_real(d.mma_efficiency, true, "mma_efficiency");
