@@ -27,9 +27,9 @@ from collections import defaultdict
 
 import treeattn
 
-# Free parameters: name -> (start, lower, upper). ctas_per_sm / wide_ctas_per_sm are integers,
-# set from the kernels' occupancy (include/treeattn/plan/tile_policy.h: 2 per SM for deep
-# kM16/kM64/kM128, 4 wide).
+# Free parameters: name -> (start, lower, upper). ctas_per_sm / wide_ctas_per_sm /
+# m128_ctas_per_sm are integers, set from the kernels' occupancy (include/treeattn/plan/
+# tile_policy.h: 2 per SM for deep kM16/kM64, 4 wide, 1 kM128).
 FREE = {
     "launch_overhead_us": (9.6, 0.2, 20.0),
     "merge_launch_us": (0.6, 0.05, 20.0),
@@ -43,12 +43,12 @@ FREE = {
     "mask_penalty_m16": (0.05, 0.001, 5.0),  # masked kM16 items
     "cta_bw_factor": (1.5, 1.0, 8.0),  # a CTA's KV stream over its HBM share (L2 re-reads)
 }
-FIXED = {"ctas_per_sm": 2, "wide_ctas_per_sm": 4}
+FIXED = {"ctas_per_sm": 2, "wide_ctas_per_sm": 4, "m128_ctas_per_sm": 1}
 # The original, uncalibrated kernel terms (the DeviceInfo defaults before the fit).
 LEGACY = {"launch_overhead_us": 2.5, "merge_launch_us": 2.5, "item_overhead_us": 1.0,
           "mma_efficiency": 0.55, "tile_latency_us": 0, "tile_latency_m128_us": 0,
           "tile_latency_wide_us": 0, "merge_slot_us": 0, "mask_penalty": 0, "mask_penalty_m16": 0,
-          "cta_bw_factor": 1, "ctas_per_sm": 2, "wide_ctas_per_sm": 0}
+          "cta_bw_factor": 1, "ctas_per_sm": 2, "wide_ctas_per_sm": 0, "m128_ctas_per_sm": 0}
 
 
 def device(spec):

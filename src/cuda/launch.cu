@@ -166,8 +166,10 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
     if (!stride_ok(s.stride))
       return fail(kBad, "%s: must be a positive multiple of 8 elements, got %lld", s.name,
                   static_cast<long long>(s.stride));
-  if (!(args.sm_scale >= 0.f) || !std::isfinite(args.sm_scale))
-    return fail(kBad, "args.sm_scale: must be finite and >= 0 (0 = 1/sqrt(head_dim)), got %g",
+  if (!(args.sm_scale >= 0.f) || !std::isfinite(args.sm_scale * kLog2e))
+    return fail(kBad,
+                "args.sm_scale: must be >= 0 (0 = 1/sqrt(head_dim)) and finite times log2(e), "
+                "got %g",
                 static_cast<double>(args.sm_scale));
   const int64_t total_items = layout.class_items[0] + layout.class_items[1] + layout.class_items[2];
   if (total_items <= 0 && layout.slots <= 0) return Status::kOk;  // nothing to run

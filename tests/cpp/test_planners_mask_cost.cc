@@ -114,6 +114,15 @@ TEST(PlannersMaskCost, KM128CtaTakesAllOfAnSmsSlots) {
   const double one = estimate_items_us(d, s, &it, 1, 0, 0) - d.launch_overhead_us;
   EXPECT_NEAR(one / two, 2.0, 1e-9);
   EXPECT_NEAR(two, d.item_overhead_us + 50.0, 1e-6);
+  // With fewer CTAs than SMs each CTA has an SM to itself either way: same shares, same time
+  // (a bandwidth-bound item: no latency floor).
+  d.tile_latency_m128_us = 0;
+  it.count = 1;
+  it.kv_tokens = 1 << 16;
+  d.m128_ctas_per_sm = 0;
+  const double alone_before = estimate_items_us(d, s, &it, 1, 0, 0);
+  d.m128_ctas_per_sm = 1;
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &it, 1, 0, 0), alone_before);
   EXPECT_EQ(device_preset("h100").m128_ctas_per_sm, 1);
   d.m128_ctas_per_sm = -1;
   EXPECT_THROW(validate_device(d), std::invalid_argument);

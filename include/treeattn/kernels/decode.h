@@ -42,6 +42,9 @@ const char* status_string(Status s);
 
 /// Launches the attention kernels (one per non-empty tile class) and the merge on `stream`.
 /// `workspace` is the device workspace laid out as `layout` with the metadata already uploaded.
+/// The kM16 config follows layout.m16_items_planned: DevicePlan keeps it at the uploaded plan's
+/// count; a caller packing a later plan into an older layout itself keeps the older plan's choice
+/// (correct, only the config and so the bits may differ from a fresh layout's).
 /// Capturable in a CUDA graph; replaying it after uploading a later plan's metadata that fits the
 /// same layout runs that plan. Every status other than kOk comes with a message in
 /// last_cuda_error() naming the argument, the limit or the CUDA error.

@@ -6,7 +6,8 @@
 // Kernel configs: 0 = kM16 "wide", 1 = kM64, 2 = kM128, 3 = kM16 "deep"; configs 0 and 3 both run
 // plan tile class kM16 (plan_class()).
 //  * kM16 items are decode-shaped (one query's heads, or a few queries). Two variants, chosen per
-//    launch on the host from the layout's kM16 capacity x kv heads (graph-safe, no device reads):
+//    launch on the host from the plan's kM16 items x kv heads (PlanLayout::m16_items_planned;
+//    graph-safe, no device reads):
 //    - wide (config 0): 32-token KV tiles split over 2 warps (each its own online softmax over
 //      16 tokens, merged in shared memory). For plans with thousands of short items.
 //    - deep (config 3): 64-token tiles split over 4 warps: 2 x 32 KB in flight per CTA.

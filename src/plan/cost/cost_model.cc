@@ -58,10 +58,10 @@ struct CtaModel {
     const int64_t per_sm = std::max<int64_t>(
         1, std::min<int64_t>(slots_per_sm(dev, wide_m16), (ctas + dev.num_sms - 1) / dev.num_sms));
     const double slots = static_cast<double>(dev.num_sms) * static_cast<double>(per_sm);
-    // a kM128 CTA with fewer resident per SM than the SM's slots takes several slots
-    const int64_t sm_slots = slots_per_sm(dev, wide_m16);
-    if (dev.m128_ctas_per_sm > 0 && dev.m128_ctas_per_sm < sm_slots)
-      weight[2] = std::max<int64_t>(1, sm_slots / dev.m128_ctas_per_sm);
+    // a kM128 CTA with fewer resident per SM than the plan's CTAs per SM takes several slots
+    // (their shares below); with one CTA per SM or fewer it has the SM's share alone
+    if (dev.m128_ctas_per_sm > 0 && dev.m128_ctas_per_sm < per_sm)
+      weight[2] = per_sm / dev.m128_ctas_per_sm;
     slot_bw = dev.hbm_read_GBps * 1e3 / slots;  // bytes per us
     kv_bw = slot_bw * dev.cta_bw_factor;  // KV may come from L2 (the plan bound: unique bytes)
     slot_flops = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency / slots;  // FLOPs per us

@@ -89,7 +89,8 @@ TEST(DecodeGpu, DeterministicAcrossRunsAndGridSizes) {
     const char* levels;
     const char* planner;
   };
-  // many slots per query, several tile classes, the kM16 head loop (16/1) and masked items
+  // many slots per query, several tile classes, one KV head (16/1), masked items, and a flatten
+  // line whose kM16 config is wide at headroom 3 if taken from the capacity (deep as planned)
   const Line lines[] = {{"N=1,4,16,64 C=300,100,50,20 heads=32/8 dim=128 page=16", "fasttree"},
                         {"N=1,4,16,64 C=300,100,50,20 heads=32/8 dim=128 page=16", "pat"},
                         {"N=1,2,8,128 C=700,64,40,9 heads=16/1 dim=64 page=1", "node-chunk"},
