@@ -60,9 +60,9 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   int hpc = 1;  // KV heads per CTA: the head loop of the kM16 configs
   if (tile::head_loop(kClass)) {
     const int forced = kv_heads_per_cta_override();
-    hpc = forced > 0 ? std::min(forced, kv_heads)
-                     : heads_per_cta(std::max<int64_t>(layout.m16_items_planned, 1), kv_heads,
-                                     device_sm_count(), resident);
+    hpc = forced > 0
+              ? std::min(forced, kv_heads)
+              : heads_per_cta(layout.m16_items_planned, kv_heads, device_sm_count(), resident);
   }
   const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(ceil_div(kv_heads, hpc)));
   cudaError_t err = launch_pdl(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, p, hpc);

@@ -43,7 +43,6 @@ PlanLayout plan_layout(const Plan& plan, double headroom) {
                headroom);
   PlanLayout L;
   L.shape = plan.shape;
-  L.items = 0;
   for (int c = 0; c < kNumTileClasses; ++c) {
     L.class_items[c] = scaled(plan.class_begin[c + 1] - plan.class_begin[c], headroom);
     L.class_item_off[c] = L.items;

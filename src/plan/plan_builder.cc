@@ -20,13 +20,7 @@ PlanShape plan_shape(const PrefixTree& tree, const PlanOptions& opts) {
   s.head_dim = opts.head_dim;
   s.page_size = tree.page_size;
   s.dtype_bytes = opts.dtype_bytes;
-  // used nodes: those on some query's path (walk up from each query, stop at a marked node)
-  std::vector<char> used(tree.nodes.size(), 0);
-  for (const int32_t leaf : tree.query_node)
-    for (int32_t v = leaf; v != kNoParent && !used[v]; v = tree.nodes[v].parent) {
-      used[v] = 1;
-      s.unique_kv_tokens += tree.nodes[v].tokens;
-    }
+  s.unique_kv_tokens = unique_tokens(tree);  // tokens on some query's path
   return s;
 }
 
@@ -39,9 +33,13 @@ int32_t max_queries_per_item(const PlanOptions& opts, bool masked) {
 
 PlanBuilder::PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const char* planner,
                          Mode mode)
+    : PlanBuilder(tree, opts, plan_shape(tree, opts), planner, mode) {}
+
+PlanBuilder::PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const PlanShape& shape,
+                         const char* planner, Mode mode)
     : tree_(tree), cost_only_(mode == Mode::kCostOnly) {
   plan_.planner = planner;
-  plan_.shape = plan_shape(tree, opts);
+  plan_.shape = shape;
   group_ = plan_.shape.group();
   warpgroup_mma_ = opts.device.warpgroup_mma;
   const size_t nq = static_cast<size_t>(tree.num_queries());

@@ -100,6 +100,9 @@ class PlanBuilder {
 
   PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const char* planner,
               Mode mode = Mode::kPlan);
+  /// With `shape` = plan_shape(tree, opts) already at hand (auto builds many candidates).
+  PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const PlanShape& shape,
+              const char* planner, Mode mode = Mode::kPlan);
 
   const PlanShape& shape() const { return plan_.shape; }
   bool cost_only() const { return cost_only_; }

@@ -169,12 +169,12 @@ class AutoPlanner {
       if (std::string(e->name) != "flatten" || flatten_fits(tree_, index_, opts_))
         others.push_back(e);
     for (size_t i = 0; i < others.size(); ++i) {
-      PlanBuilder b(tree_, opts_, others[i]->name, PlanBuilder::Mode::kCostOnly);
+      PlanBuilder b(tree_, opts_, shape_, others[i]->name, PlanBuilder::Mode::kCostOnly);
       others[i]->fn(tree_, index_, opts_, &b);
       consider(b.cost_us(opts_.device, bound()), -1 - static_cast<int32_t>(i));
     }
     if (best_ >= 0) {
-      PlanBuilder b(tree_, opts_, "auto");
+      PlanBuilder b(tree_, opts_, shape_, "auto");
       split_parts(cg, thresholds[best_], &parts);
       emit(cg, parts, &b);
       return b.finish();

@@ -177,19 +177,23 @@ void plan_run_check(const PrefixTree& tree, const Case& c) {
   expect_matches_oracle(tree, c, in, out, lse);
 }
 
+LevelsCase levels_case(const char* levels, const char* planner, bool bf16, uint64_t page_seed) {
+  const LevelSpec spec = parse_levels(levels);
+  LevelsCase lc{tree_from_levels(spec, PageLayout::kShuffled, page_seed), Case{}};
+  lc.c.planner = planner;
+  lc.c.bf16 = bf16;
+  lc.c.num_qo_heads = spec.shape.num_qo_heads;
+  lc.c.num_kv_heads = spec.shape.num_kv_heads;
+  lc.c.head_dim = spec.shape.head_dim;
+  return lc;
+}
+
 void levels_run_check(const char* levels, const char* planner, bool bf16, uint64_t page_seed,
                       uint64_t input_seed, int32_t sample_queries) {
-  const LevelSpec spec = parse_levels(levels);
-  const PrefixTree tree = tree_from_levels(spec, PageLayout::kShuffled, page_seed);
-  Case c;
-  c.planner = planner;
-  c.bf16 = bf16;
-  c.num_qo_heads = spec.shape.num_qo_heads;
-  c.num_kv_heads = spec.shape.num_kv_heads;
-  c.head_dim = spec.shape.head_dim;
-  c.seed = input_seed;
-  c.sample_queries = sample_queries;
-  plan_run_check(tree, c);
+  LevelsCase lc = levels_case(levels, planner, bf16, page_seed);
+  lc.c.seed = input_seed;
+  lc.c.sample_queries = sample_queries;
+  plan_run_check(lc.tree, lc.c);
 }
 
 }  // namespace treeattn::gpu_test

@@ -107,6 +107,14 @@ Plan make_case_plan(const PrefixTree& tree, const Case& c);
 /// current test on any error, a planner that throws included.
 void plan_run_check(const PrefixTree& tree, const Case& c);
 
+/// The tree of a level spec (e.g. "N=1,64 C=100,9 heads=32/8 dim=128 page=16") with its pages
+/// shuffled by `page_seed`, and a Case with the spec's heads and head dim.
+struct LevelsCase {
+  PrefixTree tree;
+  Case c;
+};
+LevelsCase levels_case(const char* levels, const char* planner, bool bf16, uint64_t page_seed);
+
 /// plan_run_check on the tree of a level spec (e.g. "N=1,64 C=100,9 heads=32/8 dim=128 page=16")
 /// with its pages shuffled by `page_seed`; heads and head dim from the spec, inputs from
 /// `input_seed`.

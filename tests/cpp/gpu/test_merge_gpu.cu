@@ -96,15 +96,9 @@ TEST(DecodeGpu, DeterministicAcrossRunsAndGridSizes) {
                         {"N=1,2,8,128 C=700,64,40,9 heads=16/1 dim=64 page=1", "node-chunk"},
                         {"N=1,32 C=2000,30 heads=32/32 dim=128 page=32", "flatten"}};
   for (const Line& line : lines) {
-    const bool bf16 = &line - lines >= 2;
-    const LevelSpec spec = parse_levels(line.levels);
-    const PrefixTree tree = tree_from_levels(spec, PageLayout::kShuffled, 3);
-    Case c;
-    c.planner = line.planner;
-    c.bf16 = bf16;
-    c.num_qo_heads = spec.shape.num_qo_heads;
-    c.num_kv_heads = spec.shape.num_kv_heads;
-    c.head_dim = spec.shape.head_dim;
+    LevelsCase lc = levels_case(line.levels, line.planner, /*bf16=*/&line - lines >= 2, 3);
+    const PrefixTree& tree = lc.tree;
+    Case& c = lc.c;
     c.sample_queries = 1 << 20;  // every query
     SCOPED_TRACE(c.describe() + " " + line.levels);
     const Plan plan = make_case_plan(tree, c);
