@@ -273,7 +273,7 @@ void register_tree(nb::module_& m) {
       });
 
   m.def("planners", &planner_names, "Planner names accepted by plan(), in display order.");
-  m.def("workload_sets", &workload_set_names, "'fasttree', 'pat', 'deft', 'forge'.");
+  m.def("workload_sets", &workload_set_names, "'fasttree', 'pat', 'deft', 'forge', 'irregular'.");
   m.def(
       "workloads",
       [](const std::string& set, bool details) -> nb::list {
@@ -292,7 +292,7 @@ void register_tree(nb::module_& m) {
         return out;
       },
       nb::arg("set") = "all", nb::arg("details") = false,
-      "Workload names of a set ('fasttree', 'pat', 'deft', 'forge' or 'all'); with "
+      "Workload names of a set ('fasttree', 'pat', 'deft', 'forge', 'irregular' or 'all'); with "
       "details=True, dicts with key ('set:index' for PrefixTree.from_workload), set, name, "
       "heads, head_dim, page_size, dtype, generated.");
 }

@@ -281,11 +281,11 @@ def planners() -> list[str]:
     """Planner names accepted by plan(), in display order."""
 
 def workload_sets() -> list[str]:
-    """'fasttree', 'pat', 'deft', 'forge'."""
+    """'fasttree', 'pat', 'deft', 'forge', 'irregular'."""
 
 def workloads(set: str = 'all', details: bool = False) -> list:
     """
-    Workload names of a set ('fasttree', 'pat', 'deft', 'forge' or 'all'); with details=True, dicts with key ('set:index' for PrefixTree.from_workload), set, name, heads, head_dim, page_size, dtype, generated.
+    Workload names of a set ('fasttree', 'pat', 'deft', 'forge', 'irregular' or 'all'); with details=True, dicts with key ('set:index' for PrefixTree.from_workload), set, name, heads, head_dim, page_size, dtype, generated.
     """
 
 class Plan:

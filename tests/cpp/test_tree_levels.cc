@@ -1,6 +1,6 @@
 // Level specs and the embedded workloads: parse_levels() (values and errors naming the key),
 // tree_from_levels() counts and parent rule, the page-mapping property in contiguous and
-// shuffled layouts, build speed, and the workload sets (sizes, lookup, generated shapes).
+// shuffled layouts, build speed, and the workload sets (sizes, lookup, every line builds).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -151,16 +151,20 @@ TEST(TreeLevels, BuildIsFast) {
 }
 
 TEST(TreeWorkloads, SetsAndLookup) {
-  EXPECT_EQ(workload_set_names(), std::vector<std::string>({"fasttree", "pat", "deft", "forge"}));
+  EXPECT_EQ(workload_set_names(),
+            std::vector<std::string>({"fasttree", "pat", "deft", "forge", "irregular"}));
   const auto fasttree = workload_set("fasttree");
   const auto pat = workload_set("pat");
   const auto deft = workload_set("deft");
   const auto forge = workload_set("forge");
+  const auto irregular = workload_set("irregular");
   EXPECT_EQ(fasttree.size(), 45u);
   EXPECT_EQ(pat.size(), 80u);
   EXPECT_EQ(deft.size(), 3u + 3u + 4u);
   EXPECT_EQ(forge.size(), 5u + 5u);
-  EXPECT_EQ(workload_set("all").size(), fasttree.size() + pat.size() + deft.size() + forge.size());
+  EXPECT_EQ(irregular.size(), 9u * 2u);
+  EXPECT_EQ(workload_set("all").size(),
+            fasttree.size() + pat.size() + deft.size() + forge.size() + irregular.size());
   EXPECT_EQ(find_workload("fasttree:3").name, fasttree[3].name);
   EXPECT_EQ(fasttree[3].name, "N=1,4,256 C=8,256,32 heads=16/1");
   EXPECT_EQ(find_workload("N=256 C=4096 heads=32/8 page=32").set, "pat");
@@ -168,6 +172,8 @@ TEST(TreeWorkloads, SetsAndLookup) {
             "N=256 C=4096 heads=32/8 page=32");
   EXPECT_EQ(find_workload("specdec base=6000 t=64").set, "deft");
   EXPECT_TRUE(find_workload("forge:9").generated);
+  EXPECT_EQ(find_workload("deft:3").name, "specdec base=6000 t=16");  // after the level lines
+  EXPECT_EQ(find_workload("irregular:17").spec.shape.num_qo_heads, 16);
   expect_invalid([] { workload_set("nope"); }, {"workload", "nope"});
   expect_invalid([] { find_workload("fasttree:45"); }, {"workload", "45"});
   expect_invalid([] { find_workload("fasttree:x"); }, {"workload", "x"});
@@ -189,50 +195,6 @@ TEST(TreeWorkloads, EveryWorkloadBuilds) {
     testing_util::expect_same_tree(t, build_workload(w));
     testing_util::expect_same_tree(build_workload(w, PageLayout::kShuffled, 3),
                                    build_workload(w, PageLayout::kShuffled, 3));
-  }
-}
-
-TEST(TreeWorkloads, GeneratedShapes) {
-  for (int t : {16, 32, 64}) {
-    const PrefixTree tr = build_workload(find_workload(detail::concat("specdec base=6000 t=", t)));
-    EXPECT_EQ(tr.nodes.size(), static_cast<size_t>(t + 1));
-    EXPECT_EQ(tr.num_queries(), t);
-    EXPECT_EQ(tr.nodes[0].tokens, 6000);
-    std::set<int32_t> on(tr.query_node.begin(), tr.query_node.end());
-    EXPECT_EQ(on.size(), static_cast<size_t>(t));  // a query on every draft node
-    for (int32_t v = 1; v <= t; ++v) EXPECT_EQ(tr.nodes[v].tokens, 1);
-    EXPECT_EQ(tr.shape.num_kv_heads, 8);
-  }
-  for (int d : {3, 5, 8, 10}) {
-    const PrefixTree tr =
-        build_workload(find_workload(detail::concat("tot depth=", d, " width=10")));
-    const TreeIndex ix = build_index(tr);
-    EXPECT_EQ(tr.nodes[0].tokens, 1000);
-    int32_t maxdepth = 0;
-    for (int32_t v : ix.preorder) maxdepth = std::max(maxdepth, ix.depth[v]);
-    EXPECT_EQ(maxdepth, d);
-    for (int32_t q = 0; q < tr.num_queries(); ++q) EXPECT_EQ(ix.depth[tr.query_node[q]], d);
-    for (size_t v = 1; v < tr.nodes.size(); ++v) {
-      EXPECT_GE(tr.nodes[v].tokens, 50);
-      EXPECT_LE(tr.nodes[v].tokens, 400);
-    }
-  }
-  for (int d = 2; d <= 6; ++d) {
-    const PrefixTree tr =
-        build_workload(find_workload(detail::concat("degenerate depth=", d, " C=512")));
-    EXPECT_EQ(tr.nodes.size(), static_cast<size_t>(1 + 2 * d));
-    EXPECT_EQ(tr.num_queries(), d + 1);
-    const TreeIndex ix = build_index(tr);
-    int internal = 0;
-    for (int32_t v : ix.preorder) {
-      const size_t c = ix.children(v).size();
-      EXPECT_TRUE(c == 0 || c == 2);
-      if (c == 2) {
-        ++internal;
-        EXPECT_TRUE(ix.children(ix.children(v)[1]).empty());  // right child is a leaf
-      }
-    }
-    EXPECT_EQ(internal, d);
   }
 }
 

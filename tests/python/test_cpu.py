@@ -36,7 +36,7 @@ def oracle_for_tree(tree, q, k, v):
 
 def test_planners_and_workloads():
     assert treeattn.planners() == PLANNERS
-    assert treeattn.workload_sets() == ["fasttree", "pat", "deft", "forge"]
+    assert treeattn.workload_sets() == ["fasttree", "pat", "deft", "forge", "irregular"]
     ft = treeattn.workloads("fasttree")
     assert len(ft) == 45 and all(isinstance(n, str) for n in ft)
     details = treeattn.workloads("all", details=True)
@@ -262,7 +262,7 @@ def test_decode_random_trees(rng, planner, heads):
     assert_close(ref_lse, want_lse, tol=1e-9)
 
 
-@pytest.mark.parametrize("key", ["fasttree:0", "pat:3", "deft:7", "forge:7"])
+@pytest.mark.parametrize("key", ["fasttree:0", "pat:3", "deft:7", "forge:7", "irregular:5", "irregular:16"])
 def test_decode_workloads_sampled(rng, key):
     tree = treeattn.PrefixTree.from_workload(key, layout="shuffled", seed=5)
     H, Hk, _ = tree.shape

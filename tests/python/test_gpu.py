@@ -93,6 +93,7 @@ WORKLOADS = [w["key"] for w in treeattn.workloads("fasttree", details=True)]
 WORKLOADS += pick([w["key"] for w in treeattn.workloads("pat", details=True)], 8)
 WORKLOADS += [w["key"] for w in treeattn.workloads("deft", details=True)]
 WORKLOADS += [w["key"] for w in treeattn.workloads("forge", details=True)]
+WORKLOADS += pick([w["key"] for w in treeattn.workloads("irregular", details=True)], 2)
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
-// The published benchmark workloads (FastTree, PAT, DeFT, FlashForge), embedded in the library
-// at build time from data/workloads/*.txt (nothing is read from disk at run time). Level lines
-// build with tree_from_levels; the irregular shapes the DeFT and FlashForge files describe in
-// comments (speculative-decoding token trees, tree-of-thoughts, the degenerate left-spine tree)
-// are generated deterministically from a seed.
+// The benchmark workload sets, embedded in the library at build time from data/workloads/*.txt
+// (nothing is read from disk at run time): the published ones (FastTree, PAT, DeFT, FlashForge)
+// and the irregular trees of serving (ragged forests, agent tool trees, chains, batched token
+// trees). A line is a level spec, built by tree_from_levels, or a generator name, built
+// deterministically from a seed (src/tree/generators.cc lists the generators).
 #pragma once
 
 #include <cstdint>
@@ -14,13 +14,13 @@
 namespace treeattn {
 
 struct Workload {
-  std::string set;   ///< "fasttree", "pat", "deft", "forge"
+  std::string set;   ///< one of workload_set_names()
   std::string name;  ///< level line text, or a generator name such as "specdec base=6000 t=64"
   LevelSpec spec;    ///< shape, page size, dtype (and levels when not generated)
   bool generated = false;
 };
 
-/// "fasttree", "pat", "deft", "forge".
+/// "fasttree", "pat", "deft", "forge", "irregular" (data/workloads/<set>.txt).
 const std::vector<std::string>& workload_set_names();
 /// Every workload of a set, or of all sets for "all"; throws std::invalid_argument naming
 /// "workload" for an unknown set.

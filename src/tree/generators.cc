@@ -1,0 +1,258 @@
+// Generated workload trees (see generators.h). Lengths are drawn with integer arithmetic only, so
+// a name and seed give the same tree on every platform. The families:
+//   specdec base=B t=T        one B-token sequence and a random draft tree of T one-token nodes
+//                             (parents biased to shallow nodes, as Medusa trees); a query per
+//                             draft node (DeFT).
+//   tot depth=D width=W       tree-of-thoughts BFS: a 1000-token document, D levels of 50-400-token
+//                             thoughts, <= W kept per level, pruned branches gone; the last
+//                             level's 1-5 children per kept thought carry the queries (DeFT).
+//   degenerate depth=D C=c    only left children have children, two children per internal node,
+//                             c tokens a node, a query on every leaf (FlashForge).
+//   forest roots=R samples=S  R unrelated requests with prompts of 256-8191 tokens (log-uniform)
+//                             and 1-S parallel samples each of 16-512 tokens (a query per
+//                             sample; one sample decodes on the prompt itself).
+//   agent sessions=S depth=D  a 2000-4000-token system prompt (tools) shared by S sessions; a
+//                             session is a chain of 1-D turns of 64-1536 tokens (message, tool
+//                             call, tool output); after a turn, with probability 1/4, 1-2 other
+//                             branches of 32-512 tokens (parallel tool calls, retries) decode too;
+//                             a query on every leaf.
+//   chain depth=L queries=Q   a conversation stored as a chain of L turns of 64-512 tokens; the
+//                             last turn carries a query and Q-1 requests fork off random turns
+//                             with 1-64 tokens of their own (regenerated answers).
+//   spectree batch=B t=T      B requests with contexts of 1024-8191 tokens (log-uniform), each
+//                             with its own random draft tree of T one-token nodes as in specdec.
+// Every name may end in "heads=Q/K" (default 32/8); head_dim is 128.
+#include "generators.h"
+
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "tree_internal.h"
+#include "treeattn/common/error.h"
+
+namespace treeattn::detail {
+
+namespace {
+
+// Reads "key=value" (value in [1, max]) from a generator name; throws naming "workload" when
+// absent, malformed or larger than max.
+int32_t name_param(const std::string& name, const std::string& key, int32_t max) {
+  std::istringstream in(name);
+  std::string tok;
+  while (in >> tok) {
+    if (tok.rfind(key + "=", 0) != 0) continue;
+    const std::string v = tok.substr(key.size() + 1);
+    TA_CHECK_ARG(
+        !v.empty() && v.size() < 10 && v.find_first_not_of("0123456789") == std::string::npos,
+        "workload", "bad ", key, " in '", name, "'");
+    const int64_t x = std::stoll(v);
+    TA_CHECK_ARG(x >= 1 && x <= max, "workload", key, " must lie in [1, ", max, "] in '", name,
+                 "'");
+    return static_cast<int32_t>(x);
+  }
+  TA_CHECK_ARG(false, "workload", "missing ", key, "= in '", name, "'");
+  return 0;
+}
+
+// Roughly log-uniform in [lo, 2^k lo): an octave uniformly, then uniformly inside it.
+int32_t log_uniform(std::mt19937_64& rng, int32_t lo, int32_t octaves) {
+  const int64_t base = int64_t{lo} << rand_int(rng, 0, octaves - 1);
+  return static_cast<int32_t>(rand_int(rng, base, 2 * base - 1));
+}
+
+// The parent arrays every generator fills: parents[i] (kNoParent or < i), tokens[i], and the
+// node of every query.
+struct Nodes {
+  std::vector<int32_t> parents, tokens, queries;
+  int32_t add(int32_t parent, int64_t tok) {
+    parents.push_back(parent);
+    tokens.push_back(static_cast<int32_t>(tok));
+    return static_cast<int32_t>(parents.size()) - 1;
+  }
+};
+
+// A draft tree of t one-token nodes under `base`: draft k hangs under the base or one of the
+// k-1 earlier drafts, biased toward early (shallow) ones; a query on every draft.
+void add_draft_tree(Nodes& n, int32_t base, int32_t t, std::mt19937_64& rng) {
+  std::vector<int32_t> ids{base};
+  for (int32_t k = 1; k <= t; ++k) {
+    const double u = rand_unit(rng);
+    const int32_t d = n.add(ids[static_cast<size_t>(u * u * k)], 1);
+    n.queries.push_back(d);
+    ids.push_back(d);
+  }
+}
+
+Nodes specdec(const std::string& name, std::mt19937_64& rng) {
+  Nodes n;
+  const int32_t base = n.add(kNoParent, name_param(name, "base", 1 << 24));
+  add_draft_tree(n, base, name_param(name, "t", 1 << 20), rng);
+  return n;
+}
+
+Nodes tot(const std::string& name, std::mt19937_64& rng) {
+  const int32_t depth = name_param(name, "depth", 64), width = name_param(name, "width", 1024);
+  // Levels of candidate thoughts first; then thoughts with no descendant on the last level
+  // (pruned branches) are dropped.
+  std::vector<int32_t> par{kNoParent}, tok{1000};
+  std::vector<int32_t> frontier{0};
+  for (int32_t level = 1; level <= depth; ++level) {
+    std::vector<int32_t> next;
+    if (level < depth) {
+      for (int32_t j = 0; j < width; ++j) {
+        par.push_back(frontier[rand_int(rng, 0, frontier.size() - 1)]);
+        tok.push_back(static_cast<int32_t>(rand_int(rng, 50, 400)));
+        next.push_back(static_cast<int32_t>(par.size()) - 1);
+      }
+    } else {
+      for (int32_t f : frontier) {
+        const int64_t c = rand_int(rng, 1, 5);
+        for (int64_t j = 0; j < c; ++j) {
+          par.push_back(f);
+          tok.push_back(static_cast<int32_t>(rand_int(rng, 50, 400)));
+          next.push_back(static_cast<int32_t>(par.size()) - 1);
+        }
+      }
+    }
+    frontier = std::move(next);
+  }
+  const int32_t count = static_cast<int32_t>(par.size());
+  std::vector<char> keep(count, 0);
+  for (int32_t f : frontier) keep[f] = 1;
+  for (int32_t i = count - 1; i > 0; --i)
+    if (keep[i]) keep[par[i]] = 1;
+  std::vector<int32_t> remap(count, -1);
+  Nodes n;
+  for (int32_t i = 0; i < count; ++i) {
+    if (keep[i]) remap[i] = n.add(par[i] == kNoParent ? kNoParent : remap[par[i]], tok[i]);
+  }
+  for (int32_t f : frontier) n.queries.push_back(remap[f]);
+  return n;
+}
+
+Nodes degenerate(const std::string& name) {
+  const int32_t depth = name_param(name, "depth", 1 << 16), c = name_param(name, "C", 1 << 20);
+  Nodes n;
+  int32_t left = n.add(kNoParent, c);
+  for (int32_t d = 1; d <= depth; ++d) {
+    const int32_t l = n.add(left, c);
+    n.queries.push_back(n.add(left, c));  // the right child, a leaf
+    if (d == depth) n.queries.push_back(l);
+    left = l;
+  }
+  return n;
+}
+
+Nodes forest(const std::string& name, std::mt19937_64& rng) {
+  const int32_t roots = name_param(name, "roots", 4096),
+                samples = name_param(name, "samples", 1024);
+  Nodes n;
+  for (int32_t r = 0; r < roots; ++r) {
+    const int32_t prompt = n.add(kNoParent, log_uniform(rng, 256, 5));
+    const int64_t s = rand_int(rng, 1, samples);
+    if (s == 1) {
+      n.queries.push_back(prompt);
+      continue;
+    }
+    for (int64_t j = 0; j < s; ++j) n.queries.push_back(n.add(prompt, rand_int(rng, 16, 512)));
+  }
+  return n;
+}
+
+Nodes agent(const std::string& name, std::mt19937_64& rng) {
+  const int32_t sessions = name_param(name, "sessions", 4096),
+                depth = name_param(name, "depth", 256);
+  Nodes n;
+  const int32_t system = n.add(kNoParent, rand_int(rng, 2000, 4000));
+  for (int32_t s = 0; s < sessions; ++s) {
+    int32_t cur = system;
+    const int64_t turns = rand_int(rng, 1, depth);
+    for (int64_t k = 1; k <= turns; ++k) {
+      const int32_t turn = n.add(cur, rand_int(rng, 64, 1536));
+      if (k < turns && rand_int(rng, 0, 3) == 0) {
+        const int64_t others = rand_int(rng, 1, 2);
+        for (int64_t j = 0; j < others; ++j)
+          n.queries.push_back(n.add(cur, rand_int(rng, 32, 512)));
+      }
+      cur = turn;
+    }
+    n.queries.push_back(cur);
+  }
+  return n;
+}
+
+Nodes chain(const std::string& name, std::mt19937_64& rng) {
+  const int32_t depth = name_param(name, "depth", 1 << 16),
+                queries = name_param(name, "queries", 4096);
+  Nodes n;
+  std::vector<int32_t> turns;
+  for (int32_t d = 0; d < depth; ++d)
+    turns.push_back(n.add(d == 0 ? kNoParent : turns.back(), rand_int(rng, 64, 512)));
+  n.queries.push_back(turns.back());
+  for (int32_t q = 1; q < queries; ++q) {
+    const int32_t at = turns[rand_int(rng, 0, depth - 1)];
+    n.queries.push_back(n.add(at, rand_int(rng, 1, 64)));
+  }
+  return n;
+}
+
+Nodes spectree(const std::string& name, std::mt19937_64& rng) {
+  const int32_t batch = name_param(name, "batch", 4096), t = name_param(name, "t", 1 << 12);
+  Nodes n;
+  for (int32_t b = 0; b < batch; ++b)
+    add_draft_tree(n, n.add(kNoParent, log_uniform(rng, 1024, 3)), t, rng);
+  return n;
+}
+
+}  // namespace
+
+ModelShape generated_shape(const std::string& name) {
+  ModelShape shape{32, 8, 128};
+  std::istringstream in(name);
+  std::string tok;
+  while (in >> tok) {
+    if (tok.rfind("heads=", 0) != 0) continue;
+    const std::string v = tok.substr(6);
+    const size_t slash = v.find('/');
+    const bool digits = slash != std::string::npos && slash > 0 && slash < 6 &&
+                        v.size() - slash - 1 > 0 && v.size() - slash - 1 < 6 &&
+                        v.find_first_not_of("0123456789/") == std::string::npos &&
+                        v.find('/', slash + 1) == std::string::npos;
+    TA_CHECK_ARG(digits, "workload", "bad heads in '", name, "' (expected heads=Q/K)");
+    shape.num_qo_heads = std::stoi(v.substr(0, slash));
+    shape.num_kv_heads = std::stoi(v.substr(slash + 1));
+    TA_CHECK_ARG(shape.num_kv_heads >= 1 && shape.num_qo_heads >= shape.num_kv_heads &&
+                     shape.num_qo_heads % shape.num_kv_heads == 0,
+                 "workload", "heads in '", name, "' must be Q/K with K >= 1 dividing Q");
+  }
+  return shape;
+}
+
+PrefixTree build_generated(const std::string& name, int32_t page_size, uint64_t gseed,
+                           PageLayout layout, uint64_t page_seed) {
+  std::mt19937_64 rng(gseed);
+  const std::string family = name.substr(0, name.find(' '));
+  Nodes n;
+  if (family == "specdec") {
+    n = specdec(name, rng);
+  } else if (family == "tot") {
+    n = tot(name, rng);
+  } else if (family == "degenerate") {
+    n = degenerate(name);
+  } else if (family == "forest") {
+    n = forest(name, rng);
+  } else if (family == "agent") {
+    n = agent(name, rng);
+  } else if (family == "chain") {
+    n = chain(name, rng);
+  } else if (family == "spectree") {
+    n = spectree(name, rng);
+  } else {
+    TA_CHECK_ARG(false, "workload", "unknown generator '", name,
+                 "' (known: specdec, tot, degenerate, forest, agent, chain, spectree)");
+  }
+  return assemble_tree(n.parents, n.tokens, n.queries, page_size, layout, page_seed);
+}
+
+}  // namespace treeattn::detail

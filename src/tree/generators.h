@@ -1,0 +1,26 @@
+// The generated workload trees, internal to src/tree/: a generator name such as
+// "forest roots=16 samples=4 heads=16/1" names its family (first word) and its parameters
+// (key=value words); build_generated() lays the tree out deterministically from a seed derived
+// from the workload's set and name. The families and what they model are listed in
+// generators.cc. Not installed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "treeattn/tree/builders.h"
+#include "treeattn/tree/prefix_tree.h"
+
+namespace treeattn::detail {
+
+/// The model shape of a generated workload: "heads=Q/K" in the name, else 32/8; head_dim 128.
+/// Throws std::invalid_argument naming "workload" on a malformed heads word.
+ModelShape generated_shape(const std::string& name);
+
+/// Builds the tree of generator `name` with `page_size` tokens per page. `gseed` fixes the tree's
+/// shape and lengths; `layout` and `page_seed` fix the page ids. Throws std::invalid_argument
+/// naming "workload" for an unknown family or a missing, malformed or too large parameter.
+PrefixTree build_generated(const std::string& name, int32_t page_size, uint64_t gseed,
+                           PageLayout layout, uint64_t page_seed);
+
+}  // namespace treeattn::detail
