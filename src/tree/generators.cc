@@ -61,6 +61,25 @@ int32_t log_uniform(std::mt19937_64& rng, int32_t lo, int32_t octaves) {
   return static_cast<int32_t>(rand_int(rng, base, 2 * base - 1));
 }
 
+// Refuses words other than the family's keys and heads=, and trees over the builders' limits
+// (checked from the parameters, before anything is allocated).
+void check_name(const std::string& name, std::initializer_list<const char*> keys, double max_nodes,
+                double max_tokens) {
+  std::istringstream in(name);
+  std::string word;
+  in >> word;  // the family
+  while (in >> word) {
+    const std::string key = word.substr(0, word.find('='));
+    bool known = key == "heads" && word.size() > key.size();
+    for (const char* k : keys) known |= key == k && word.size() > key.size();
+    TA_CHECK_ARG(known, "workload", "unknown word '", word, "' in '", name, "'");
+  }
+  TA_CHECK_ARG(max_nodes <= static_cast<double>(kMaxLevelNodes) &&
+                   max_tokens <= static_cast<double>(kMaxBuilderPages),
+               "workload", "'", name, "' may build up to ", max_nodes, " nodes and ", max_tokens,
+               " tokens (limits ", kMaxLevelNodes, " and ", kMaxBuilderPages, ")");
+}
+
 // The parent arrays every generator fills: parents[i] (kNoParent or < i), tokens[i], and the
 // node of every query.
 struct Nodes {
@@ -85,14 +104,16 @@ void add_draft_tree(Nodes& n, int32_t base, int32_t t, std::mt19937_64& rng) {
 }
 
 Nodes specdec(const std::string& name, std::mt19937_64& rng) {
+  const int32_t b = name_param(name, "base", 1 << 24), t = name_param(name, "t", 1 << 20);
+  check_name(name, {"base", "t"}, t + 1.0, static_cast<double>(b) + t);
   Nodes n;
-  const int32_t base = n.add(kNoParent, name_param(name, "base", 1 << 24));
-  add_draft_tree(n, base, name_param(name, "t", 1 << 20), rng);
+  add_draft_tree(n, n.add(kNoParent, b), t, rng);
   return n;
 }
 
 Nodes tot(const std::string& name, std::mt19937_64& rng) {
   const int32_t depth = name_param(name, "depth", 64), width = name_param(name, "width", 1024);
+  check_name(name, {"depth", "width"}, 1.0 + 5.0 * depth * width, 1000.0 + 2000.0 * depth * width);
   // Levels of candidate thoughts first; then thoughts with no descendant on the last level
   // (pruned branches) are dropped.
   std::vector<int32_t> par{kNoParent}, tok{1000};
@@ -133,6 +154,7 @@ Nodes tot(const std::string& name, std::mt19937_64& rng) {
 
 Nodes degenerate(const std::string& name) {
   const int32_t depth = name_param(name, "depth", 1 << 16), c = name_param(name, "C", 1 << 20);
+  check_name(name, {"depth", "C"}, 2.0 * depth + 1, (2.0 * depth + 1) * c);
   Nodes n;
   int32_t left = n.add(kNoParent, c);
   for (int32_t d = 1; d <= depth; ++d) {
@@ -147,6 +169,8 @@ Nodes degenerate(const std::string& name) {
 Nodes forest(const std::string& name, std::mt19937_64& rng) {
   const int32_t roots = name_param(name, "roots", 4096),
                 samples = name_param(name, "samples", 1024);
+  check_name(name, {"roots", "samples"}, roots * (1.0 + samples),
+             roots * (8191.0 + 512.0 * samples));
   Nodes n;
   for (int32_t r = 0; r < roots; ++r) {
     const int32_t prompt = n.add(kNoParent, log_uniform(rng, 256, 5));
@@ -163,6 +187,8 @@ Nodes forest(const std::string& name, std::mt19937_64& rng) {
 Nodes agent(const std::string& name, std::mt19937_64& rng) {
   const int32_t sessions = name_param(name, "sessions", 4096),
                 depth = name_param(name, "depth", 256);
+  check_name(name, {"sessions", "depth"}, 1.0 + 3.0 * sessions * depth,
+             4000.0 + sessions * depth * (1536.0 + 2 * 512.0));
   Nodes n;
   const int32_t system = n.add(kNoParent, rand_int(rng, 2000, 4000));
   for (int32_t s = 0; s < sessions; ++s) {
@@ -185,6 +211,8 @@ Nodes agent(const std::string& name, std::mt19937_64& rng) {
 Nodes chain(const std::string& name, std::mt19937_64& rng) {
   const int32_t depth = name_param(name, "depth", 1 << 16),
                 queries = name_param(name, "queries", 4096);
+  check_name(name, {"depth", "queries"}, static_cast<double>(depth) + queries,
+             512.0 * depth + 64.0 * queries);
   Nodes n;
   std::vector<int32_t> turns;
   for (int32_t d = 0; d < depth; ++d)
@@ -199,6 +227,7 @@ Nodes chain(const std::string& name, std::mt19937_64& rng) {
 
 Nodes spectree(const std::string& name, std::mt19937_64& rng) {
   const int32_t batch = name_param(name, "batch", 4096), t = name_param(name, "t", 1 << 12);
+  check_name(name, {"batch", "t"}, batch * (t + 1.0), batch * (8191.0 + t));
   Nodes n;
   for (int32_t b = 0; b < batch; ++b)
     add_draft_tree(n, n.add(kNoParent, log_uniform(rng, 1024, 3)), t, rng);

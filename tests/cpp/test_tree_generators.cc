@@ -1,6 +1,6 @@
 // The generated workload trees (src/tree/generators.cc): the shape every family promises (node
 // and query counts, length ranges, what is shared), the heads word (same tree for every head
-// configuration) and the errors for bad generator names.
+// configuration) and the errors for bad generator names (unknown words, trees over the limits).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -210,6 +210,11 @@ TEST(TreeGenerators, BadNames) {
   expect_invalid([&] { build("forest roots=5000 samples=2"); }, {"workload", "roots", "4096"});
   expect_invalid([&] { build("tot depth=65 width=2"); }, {"workload", "depth"});
   expect_invalid([&] { build("spectree batch=2 t=99999"); }, {"workload", "t must lie"});
+  expect_invalid([&] { build("forest roots=2 samples=2 dim=64"); }, {"workload", "'dim=64'"});
+  expect_invalid([&] { build("chain depth=2 queries=1 queries"); }, {"workload", "'queries'"});
+  expect_invalid([&] { build("degenerate depth=65536 C=1048576"); }, {"workload", "tokens"});
+  expect_invalid([&] { build("forest roots=4096 samples=1024"); }, {"workload", "nodes"});
+  EXPECT_NO_THROW(build("chain depth=2 queries=1 heads=8/1"));
   for (const std::string& h :
        {"heads=3/2", "heads=x", "heads=8", "heads=/8", "heads=8/0", "heads=1/8", "heads=8/2/1"}) {
     expect_invalid([&] { detail::generated_shape("forest roots=1 samples=1 " + h); },
