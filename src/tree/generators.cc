@@ -24,7 +24,9 @@
 // Every name may end in "heads=Q/K" (default 32/8); head_dim is 128.
 #include "generators.h"
 
+#include <initializer_list>
 #include <sstream>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -242,18 +244,11 @@ ModelShape generated_shape(const std::string& name) {
   std::string tok;
   while (in >> tok) {
     if (tok.rfind("heads=", 0) != 0) continue;
-    const std::string v = tok.substr(6);
-    const size_t slash = v.find('/');
-    const bool digits = slash != std::string::npos && slash > 0 && slash < 6 &&
-                        v.size() - slash - 1 > 0 && v.size() - slash - 1 < 6 &&
-                        v.find_first_not_of("0123456789/") == std::string::npos &&
-                        v.find('/', slash + 1) == std::string::npos;
-    TA_CHECK_ARG(digits, "workload", "bad heads in '", name, "' (expected heads=Q/K)");
-    shape.num_qo_heads = std::stoi(v.substr(0, slash));
-    shape.num_kv_heads = std::stoi(v.substr(slash + 1));
-    TA_CHECK_ARG(shape.num_kv_heads >= 1 && shape.num_qo_heads >= shape.num_kv_heads &&
-                     shape.num_qo_heads % shape.num_kv_heads == 0,
-                 "workload", "heads in '", name, "' must be Q/K with K >= 1 dividing Q");
+    try {
+      parse_heads(tok.substr(6), &shape);  // the level specs' rule
+    } catch (const std::invalid_argument& e) {
+      TA_CHECK_ARG(false, "workload", e.what(), " in '", name, "'");
+    }
   }
   return shape;
 }

@@ -41,6 +41,17 @@ std::vector<int32_t> parse_list(const std::string& s, const std::string& key) {
 
 }  // namespace
 
+namespace detail {
+void parse_heads(const std::string& val, ModelShape* shape) {
+  const size_t slash = val.find('/');
+  TA_CHECK_ARG(slash != std::string::npos, "heads", "expected QO/KV such as 32/8, got '", val, "'");
+  shape->num_qo_heads = parse_positive(val.substr(0, slash), "heads");
+  shape->num_kv_heads = parse_positive(val.substr(slash + 1), "heads");
+  TA_CHECK_ARG(shape->num_qo_heads % shape->num_kv_heads == 0, "heads", "query heads ",
+               shape->num_qo_heads, " are not a multiple of kv heads ", shape->num_kv_heads);
+}
+}  // namespace detail
+
 LevelSpec parse_levels(const std::string& text) {
   LevelSpec spec;
   std::istringstream in(text);
@@ -62,14 +73,7 @@ LevelSpec parse_levels(const std::string& text) {
       spec.tokens_per_level = parse_list(val, "C");
       have_c = true;
     } else if (key == "heads") {
-      const size_t slash = val.find('/');
-      TA_CHECK_ARG(slash != std::string::npos, "heads", "expected QO/KV such as 32/8, got '", val,
-                   "'");
-      spec.shape.num_qo_heads = parse_positive(val.substr(0, slash), "heads");
-      spec.shape.num_kv_heads = parse_positive(val.substr(slash + 1), "heads");
-      TA_CHECK_ARG(spec.shape.num_qo_heads % spec.shape.num_kv_heads == 0, "heads", "query heads ",
-                   spec.shape.num_qo_heads, " are not a multiple of kv heads ",
-                   spec.shape.num_kv_heads);
+      detail::parse_heads(val, &spec.shape);
     } else if (key == "page") {
       spec.page_size = parse_positive(val, "page");
     } else if (key == "dim") {

@@ -38,6 +38,10 @@ std::vector<int32_t> preorder_csr(const std::vector<int32_t>& ptr, const std::ve
 /// Live nodes in preorder (children in index order), iteratively; nodes on a cycle are skipped.
 std::vector<int32_t> preorder_of(const PrefixTree& tree);
 
+/// Sets num_qo_heads / num_kv_heads from "QO/KV" (the value of a heads= word); throws
+/// std::invalid_argument naming "heads" unless both are positive and KV divides QO.
+void parse_heads(const std::string& val, ModelShape* shape);
+
 /// Uniform integer in [lo, hi] from a 64-bit generator (portable, unlike std distributions).
 inline int64_t rand_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {
   const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
