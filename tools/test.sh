@@ -47,5 +47,6 @@ fi
 build/treeattn check --workloads all --planner all
 
 echo "== [5/5] python package"
-"$PY" -m pip install -q . -C cmake.define.TREEATTN_CI_KERNELS=$subset
+# --no-build-isolation: build with the locked scikit-build-core and nanobind of .venv
+"$PY" -m pip install -q --no-build-isolation . -C cmake.define.TREEATTN_CI_KERNELS=$subset
 "$PY" -m pytest tests/python -q

@@ -144,11 +144,20 @@ def test_safetensors_roundtrip(tmp_path, preset):
     assert cfg["model_type"] == ("qwen2" if "qwen" in preset else "llama")
     m2 = Model.load(str(tmp_path))
     assert m2.config == m.config
+    # The round trip's contract is the bits of every weight.
+    assert sorted(m2.weights) == sorted(m.weights)
+    for k, v in m.weights.items():
+        assert m2.weights[k].dtype == v.dtype and torch.equal(m2.weights[k], v), k
+    # The logits are not bitwise: safetensors returns memory-mapped tensors whose alignment can
+    # send torch's CPU GEMM down another (equally correct) reduction order. fp32 rounding over
+    # this model's depth stays far below 1e-5 relative to the logits' scale.
     prompt = list(range(1, 30))
     e1, e2 = Engine(m, "sdpa", max_tokens=256), Engine(m2, "sdpa", max_tokens=256)
     _, l1 = e1.prefill(prompt)
     _, l2 = e2.prefill(prompt)
-    assert torch.equal(l1, l2)
+    assert torch.isfinite(l1).all() and torch.isfinite(l2).all()
+    scale = l1.abs().max().item()
+    assert (l1 - l2).abs().max().item() <= 1e-5 * max(scale, 1.0)
 
 
 def test_decode_matches_prefill_and_prefix_reuse(tiny):
