@@ -13,6 +13,7 @@
 #include "treeattn/plan/device_info.h"
 #include "treeattn/plan/layout.h"
 #include "treeattn/plan/plan.h"
+#include "treeattn/plan/shared_plan.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace treeattn {
@@ -28,19 +29,20 @@ using AnyArray = nb::ndarray<>;
 inline constexpr int kDlCpu = 1;
 inline constexpr int kDlCuda = 2;
 
-/// The Python `Plan`: a host Plan plus the tree it was made from (for stats and checks), the
-/// device layout (sized with `headroom`), and once used on a GPU its DevicePlan (workspace and
-/// upload, treeattn/kernels/device_plan.h). The DevicePlan is made by to_device() or the first GPU
-/// decode and freed by release_device() or the destructor.
+/// The Python `Plan`: the plan and its tree as a SharedPlan (treeattn/plan/shared_plan.h: every
+/// decode takes one immutable snapshot, so update() on another thread never changes a plan under
+/// a running decode), the device layout (sized with `headroom`), and once used on a GPU its
+/// DevicePlan (workspace and upload, treeattn/kernels/device_plan.h). The DevicePlan is made by
+/// to_device() or the first GPU decode and freed by release_device() or the destructor. The
+/// device side (layout, device, device_id) is read and written only with the GIL held.
 struct PyPlan {
-  Plan plan;
-  PrefixTree tree;
+  SharedPlan state;
   PlanLayout layout;  ///< the DevicePlan's layout once on a device
   double headroom = 1.0;
-  int32_t max_page_id = -1;  ///< largest page id the plan reads (-1: none)
-  int32_t device_id = -1;    ///< CUDA device of the workspace, -1 = none
+  int32_t device_id = -1;  ///< CUDA device of the workspace, -1 = none
   DevicePlan* device = nullptr;
 
+  /// Plans a copy of `t`, without the GIL.
   PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
          int32_t num_kv_heads, int32_t head_dim, int32_t dtype_bytes, const DeviceInfo& device,
          double headroom);
@@ -48,10 +50,11 @@ struct PyPlan {
   PyPlan(const PyPlan&) = delete;
   PyPlan& operator=(const PyPlan&) = delete;
 
-  /// Makes the DevicePlan on `device` (once) and uploads the plan on `stream`.
+  /// Makes the DevicePlan on `device` (once) and uploads the current plan on `stream`.
   void to_device(int32_t device, uintptr_t stream);
-  /// Adopts `other`'s plan; when on a device, re-uploads into the existing workspace (throws
-  /// ValueError naming "plan" when the shapes differ or it does not fit the layout).
+  /// Adopts `other`'s current state (shared, not copied); when on a device, re-uploads into the
+  /// existing workspace first (throws ValueError naming "plan" when the shapes differ or it does
+  /// not fit the layout).
   void update(const PyPlan& other, uintptr_t stream);
   /// Whether `other` fits this plan's layout (same shape, every capacity large enough).
   bool fits(const PyPlan& other) const;

@@ -161,12 +161,16 @@ View view_of(const AnyArray& a, std::initializer_list<int> axes, int64_t base_of
   return v;
 }
 
-/// Gathers a strided view into a dense row-major float32 vector.
-std::vector<float> gather_f32(const View& v) {
+int64_t num_elements(const View& v) {
   int64_t n = 1;
   for (int64_t s : v.sizes) n *= s;
-  std::vector<float> out(static_cast<size_t>(n));
-  if (n == 0) return out;
+  return n;
+}
+
+/// Writes a strided view, dense row-major, as float32 to out[0, num_elements(v)).
+void gather_into(const View& v, float* out) {
+  const int64_t n = num_elements(v);
+  if (n == 0) return;
   const char* base = static_cast<const char*>(v.a->data());
   const auto dt = v.a->dtype();
   const size_t nd = v.sizes.size();
@@ -181,7 +185,70 @@ std::vector<float> gather_f32(const View& v) {
       idx[d] = 0;
     }
   }
+}
+
+/// Gathers a strided view into a dense row-major float32 vector.
+std::vector<float> gather_f32(const View& v) {
+  std::vector<float> out(static_cast<size_t>(num_elements(v)));
+  gather_into(v, out.data());
   return out;
+}
+
+/// Gathers the pages `pages` (ids along axis 0) of a paged cache into a dense float32 buffer
+/// [pages.size(), page_size, num_kv_heads, head_dim]: buffer page i is cache page pages[i].
+/// `axes` are the slot, head and dim axes of `a`; `base_off` the element of page 0's first value
+/// (the combined layout's V block). Reads nothing but those pages.
+std::vector<float> gather_pages_f32(const AnyArray& a, std::initializer_list<int> axes,
+                                    int64_t base_off, const std::vector<int32_t>& pages) {
+  View v = view_of(a, axes, base_off);
+  const int64_t per_page = num_elements(v);
+  std::vector<float> out(pages.size() * static_cast<size_t>(per_page));
+  for (size_t i = 0; i < pages.size(); ++i) {
+    v.base_off = base_off + static_cast<int64_t>(pages[i]) * a.stride(0);
+    gather_into(v, out.data() + i * static_cast<size_t>(per_page));
+  }
+  return out;
+}
+
+/// The distinct values of `ids`, ascending.
+std::vector<int32_t> distinct_pages(std::vector<int32_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+/// Position of `page` in `pages` (ascending, holding it): its page in gather_pages_f32's buffer.
+int32_t page_index(const std::vector<int32_t>& pages, int32_t page) {
+  return static_cast<int32_t>(std::lower_bound(pages.begin(), pages.end(), page) - pages.begin());
+}
+
+/// K and V of the pages `pages` gathered to float32 (gather_pages_f32), from the split layout
+/// (v given) or the combined one (K and V in k).
+struct HostKv {
+  std::vector<float> k, v;
+};
+HostKv gather_kv(const AnyArray& k, const AnyArray* v, const std::vector<int32_t>& pages) {
+  HostKv kv;
+  if (v == nullptr) {
+    kv.k = gather_pages_f32(k, {2, 3, 4}, 0, pages);
+    kv.v = gather_pages_f32(k, {2, 3, 4}, k.stride(1), pages);
+  } else {
+    kv.k = gather_pages_f32(k, {1, 2, 3}, 0, pages);
+    kv.v = gather_pages_f32(*v, {1, 2, 3}, 0, pages);
+  }
+  return kv;
+}
+
+/// The C++ sm_scale of a Python one: None -> 0 (the kernels' and executors' "1/sqrt(head_dim)");
+/// a given value must be finite and > 0 (the kernels take the row max on raw scores, which
+/// needs scale > 0) and finite in float32.
+float scale_arg(const std::optional<double>& sm_scale) {
+  if (!sm_scale) return 0.f;
+  const double s = *sm_scale;
+  TA_CHECK_ARG(std::isfinite(s) && s > 0 && std::isfinite(static_cast<float>(s)) &&
+                   static_cast<float>(s) > 0.f,
+               "sm_scale", "must be > 0 and finite in float32 (None: 1/sqrt(head_dim)), got ", s);
+  return static_cast<float>(s);
 }
 
 /// Scatters a dense row-major float32 buffer into a strided array (all of its dims).
@@ -224,28 +291,28 @@ void check_lse(const ExpectedShape& e, const AnyArray& q, const AnyArray& lse) {
   check_dim(lse, "lse", 1, e.num_qo_heads, "num_qo_heads", "the plan");
 }
 
-ExpectedShape expected_from_plan(const PyPlan& p) {
+ExpectedShape expected_from_plan(const PlanState& st) {
   ExpectedShape e;
-  e.num_queries = p.plan.shape.num_queries;
-  e.num_qo_heads = p.plan.shape.num_qo_heads;
-  e.num_kv_heads = p.plan.shape.num_kv_heads;
-  e.head_dim = p.plan.shape.head_dim;
-  e.page_size = p.plan.shape.page_size;
-  e.max_page_id = p.max_page_id;
+  e.num_queries = st.plan.shape.num_queries;
+  e.num_qo_heads = st.plan.shape.num_qo_heads;
+  e.num_kv_heads = st.plan.shape.num_kv_heads;
+  e.head_dim = st.plan.shape.head_dim;
+  e.page_size = st.plan.shape.page_size;
+  e.max_page_id = st.max_page_id;
   return e;
 }
 
-// ---- CPU path: gather to float32, run the plan executor, scatter into out/lse.
-void decode_cpu(const PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray* v,
+// ---- CPU path: gather q and the pages the plan reads to float32, run the plan executor on a
+// copy of the plan renumbered to those pages, scatter into out/lse. Time and memory grow with
+// the plan, never with the cache.
+void decode_cpu(const PlanState& st, const AnyArray& q, const AnyArray& k, const AnyArray* v,
                 const AnyArray& out, const AnyArray* lse, float sm_scale) {
-  const bool combined = v == nullptr;
-  const int64_t vbase = combined ? k.stride(1) : 0;
+  Plan plan = st.plan;
+  const std::vector<int32_t> pages = distinct_pages(plan.page_ids);
+  for (int32_t& id : plan.page_ids) id = page_index(pages, id);
   std::vector<float> hq = gather_f32(view_of(q, {0, 1, 2}));
-  std::vector<float> hk =
-      combined ? gather_f32(view_of(k, {0, 2, 3, 4})) : gather_f32(view_of(k, {0, 1, 2, 3}));
-  std::vector<float> hv = combined ? gather_f32(view_of(k, {0, 2, 3, 4}, vbase))
-                                   : gather_f32(view_of(*v, {0, 1, 2, 3}));
-  const PlanShape& s = p.plan.shape;
+  const HostKv kv = gather_kv(k, v, pages);
+  const PlanShape& s = plan.shape;
   std::vector<float> ho(static_cast<size_t>(s.num_queries) * s.num_qo_heads * s.head_dim);
   std::vector<float> hl(lse ? static_cast<size_t>(s.num_queries) * s.num_qo_heads : 0);
   HostAttentionInputs in;
@@ -254,11 +321,11 @@ void decode_cpu(const PyPlan& p, const AnyArray& q, const AnyArray& k, const Any
   in.head_dim = s.head_dim;
   in.sm_scale = sm_scale;
   in.q = hq.data();
-  in.k = hk.data();
-  in.v = hv.data();
+  in.k = kv.k.data();
+  in.v = kv.v.data();
   {
     nb::gil_scoped_release release;
-    execute_plan_cpu(p.plan, in, ho.data(), lse ? hl.data() : nullptr);
+    execute_plan_cpu(plan, in, ho.data(), lse ? hl.data() : nullptr);
   }
   scatter_f32(ho.data(), out);
   if (lse) scatter_f32(hl.data(), *lse);
@@ -334,17 +401,20 @@ void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray
 #endif
 
 void decode(PyPlan& p, const AnyArray& q, const AnyArray& k, std::optional<AnyArray> v,
-            const AnyArray& out, std::optional<AnyArray> lse, uintptr_t stream, float sm_scale) {
-  const ExpectedShape e = expected_from_plan(p);
+            const AnyArray& out, std::optional<AnyArray> lse, uintptr_t stream,
+            std::optional<double> sm_scale_arg) {
+  // One snapshot for the whole call: the checks and the run see the same plan even when another
+  // thread update()s this one meanwhile (the CPU run releases the GIL).
+  const std::shared_ptr<const PlanState> st = p.state.snapshot();
+  const ExpectedShape e = expected_from_plan(*st);
   const AnyArray* vp = v ? &*v : nullptr;
   const AnyArray* lp = lse ? &*lse : nullptr;
   check_qkv(e, q, k, vp);
   check_out(e, q, out);
   if (lp) check_lse(e, q, *lp);
-  TA_CHECK_ARG(std::isfinite(sm_scale) && sm_scale >= 0.f, "sm_scale",
-               "must be finite and >= 0 (0 = 1/sqrt(head_dim)), got ", sm_scale);
+  const float sm_scale = scale_arg(sm_scale_arg);
   if (q.device_type() == kDlCpu) {
-    decode_cpu(p, q, k, vp, out, lp, sm_scale);
+    decode_cpu(*st, q, k, vp, out, lp, sm_scale);
     return;
   }
 #if TREEATTN_PY_WITH_CUDA
@@ -357,9 +427,11 @@ void decode(PyPlan& p, const AnyArray& q, const AnyArray& k, std::optional<AnyAr
 #endif
 }
 
-void reference(const PrefixTree& tree, const AnyArray& q, const AnyArray& k,
+void reference(const PrefixTree& caller_tree, const AnyArray& q, const AnyArray& k,
                std::optional<AnyArray> v, const std::vector<int32_t>& queries, const AnyArray& out,
-               const AnyArray& lse, float sm_scale) {
+               const AnyArray& lse, std::optional<double> sm_scale) {
+  // A copy: the oracle runs without the GIL, while other threads may update the caller's tree.
+  PrefixTree tree = caller_tree;
   if (q.device_type() != kDlCpu) type_fail("q: reference() needs CPU arrays");
   TA_CHECK_ARG(q.ndim() == 3, "q", "expected 3 dims [num_queries, num_qo_heads, head_dim], got ",
                shape_str(q));
@@ -390,20 +462,28 @@ void reference(const PrefixTree& tree, const AnyArray& q, const AnyArray& k,
   check_dim(out, "out", 2, e.head_dim, "head_dim", "q");
   check_dim(lse, "lse", 0, e.num_queries, "num_queries", "the tree");
   check_dim(lse, "lse", 1, e.num_qo_heads, "num_qo_heads", "q");
+  const float scale = scale_arg(sm_scale);
+  // Only the pages of live nodes are gathered; the copy's nodes are renumbered to them.
+  std::vector<int32_t> used;
+  for (const TreeNode& n : tree.nodes)
+    if (n.alive) used.insert(used.end(), n.pages.begin(), n.pages.end());
+  const std::vector<int32_t> pages = distinct_pages(std::move(used));
+  for (TreeNode& n : tree.nodes)
+    if (n.alive)
+      for (int32_t& pg : n.pages) pg = page_index(pages, pg);
+  tree.num_pages = static_cast<int32_t>(pages.size());
+  tree.free_pages.clear();
   std::vector<float> hq = gather_f32(view_of(q, {0, 1, 2}));
-  std::vector<float> hk =
-      combined ? gather_f32(view_of(k, {0, 2, 3, 4})) : gather_f32(view_of(k, {0, 1, 2, 3}));
-  std::vector<float> hv = combined ? gather_f32(view_of(k, {0, 2, 3, 4}, k.stride(1)))
-                                   : gather_f32(view_of(*v, {0, 1, 2, 3}));
+  const HostKv kv = gather_kv(k, combined ? nullptr : &*v, pages);
   std::vector<double> ho(out.size()), hl(lse.size());
   HostAttentionInputs in;
   in.num_qo_heads = static_cast<int32_t>(e.num_qo_heads);
   in.num_kv_heads = static_cast<int32_t>(e.num_kv_heads);
   in.head_dim = static_cast<int32_t>(e.head_dim);
-  in.sm_scale = sm_scale;
+  in.sm_scale = scale;
   in.q = hq.data();
-  in.k = hk.data();
-  in.v = hv.data();
+  in.k = kv.k.data();
+  in.v = kv.v.data();
   {
     nb::gil_scoped_release release;
     reference_attention(tree, in, queries, ho.data(), hl.data());

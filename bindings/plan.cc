@@ -21,12 +21,6 @@
 namespace treeattn::py {
 namespace {
 
-int32_t max_page(const Plan& plan) {
-  int32_t m = -1;
-  for (int32_t p : plan.page_ids) m = std::max(m, p);
-  return m;
-}
-
 /// Uploads `plan` into the plan's DevicePlan on `stream` (the caller made sure it fits).
 void upload(PyPlan& p, const Plan& plan, uintptr_t stream) {
 #if TREEATTN_PY_WITH_CUDA
@@ -40,7 +34,8 @@ void upload(PyPlan& p, const Plan& plan, uintptr_t stream) {
 }
 
 nb::dict stats_dict(const PyPlan& p, const DeviceInfo& dev) {
-  const PlanStats s = plan_stats(p.tree, p.plan, dev);
+  const std::shared_ptr<const PlanState> st = p.state.snapshot();
+  const PlanStats s = plan_stats(st->tree, st->plan, dev);
   nb::dict d;
   d["items"] = s.items;
   d["ctas"] = s.ctas;
@@ -72,18 +67,24 @@ nb::dict layout_dict(const PlanLayout& L) {
   return d;
 }
 
+/// A property getter reading the plan of the current snapshot through `get`.
+template <typename Get>
+auto of_plan(Get get) {
+  return [get](const PyPlan& p) { return get(p.state.snapshot()->plan); };
+}
+
 DeviceInfo device_from(nb::handle h) {
   if (nb::isinstance<nb::str>(h)) return device_preset(nb::cast<std::string>(h));
   if (nb::isinstance<DeviceInfo>(h)) return nb::cast<DeviceInfo>(h);
   throw nb::type_error("device: expected a preset name ('a100', 'h100', 'h200') or a DeviceInfo");
 }
 
-}  // namespace
-
-PyPlan::PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
-               int32_t num_kv_heads, int32_t head_dim, int32_t dtype_bytes,
-               const DeviceInfo& device, double headroom_)
-    : tree(t), headroom(headroom_) {
+/// Plans a copy of `t` (taken with the GIL held) with the GIL released: other threads may run
+/// Python, decode, or update the caller's tree meanwhile.
+std::shared_ptr<const PlanState> plan_copy(const PrefixTree& t, const std::string& planner,
+                                           int32_t num_qo_heads, int32_t num_kv_heads,
+                                           int32_t head_dim, int32_t dtype_bytes,
+                                           const DeviceInfo& device) {
   TA_CHECK_ARG(dtype_bytes == 2 || dtype_bytes == 4, "dtype_bytes", "expected 2 or 4, got ",
                dtype_bytes);
   PlanOptions o;
@@ -93,9 +94,19 @@ PyPlan::PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_h
   o.head_dim = head_dim;
   o.dtype_bytes = dtype_bytes;
   o.device = device;
-  plan = make_plan(tree, o);
-  layout = plan_layout(plan, headroom);
-  max_page_id = max_page(plan);
+  PrefixTree copy = t;
+  nb::gil_scoped_release release;
+  return make_plan_state(std::move(copy), o);
+}
+
+}  // namespace
+
+PyPlan::PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
+               int32_t num_kv_heads, int32_t head_dim, int32_t dtype_bytes,
+               const DeviceInfo& device, double headroom_)
+    : state(plan_copy(t, planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes, device)),
+      headroom(headroom_) {
+  layout = plan_layout(state.snapshot()->plan, headroom);
 }
 
 PyPlan::~PyPlan() { release_device(); }
@@ -120,7 +131,7 @@ void PyPlan::to_device(int32_t device_index, uintptr_t stream) {
   device = new DevicePlan(device_index);
   device_id = device_index;
   try {
-    upload(*this, plan, stream);
+    upload(*this, state.snapshot()->plan, stream);
   } catch (...) {
     release_device();
     throw;
@@ -133,29 +144,24 @@ void PyPlan::to_device(int32_t device_index, uintptr_t stream) {
 #endif
 }
 
-bool PyPlan::fits(const PyPlan& other) const { return plan_fits(other.plan, layout); }
+bool PyPlan::fits(const PyPlan& other) const {
+  return plan_fits(other.state.snapshot()->plan, layout);
+}
 
 void PyPlan::update(const PyPlan& other, uintptr_t stream) {
   if (&other == this) return;
-  const PlanShape &a = plan.shape, &b = other.plan.shape;
-  TA_CHECK_ARG(a.num_qo_heads == b.num_qo_heads && a.num_kv_heads == b.num_kv_heads &&
-                   a.head_dim == b.head_dim && a.page_size == b.page_size,
-               "plan", "the new plan is for heads ", b.num_qo_heads, "/", b.num_kv_heads,
-               ", head_dim ", b.head_dim, ", page_size ", b.page_size, "; this plan is for ",
-               a.num_qo_heads, "/", a.num_kv_heads, ", ", a.head_dim, ", ", a.page_size,
-               " (update() keeps the shape: make a new plan instead)");
+  std::shared_ptr<const PlanState> next = other.state.snapshot();
+  SharedPlan::check_replaceable(state.snapshot()->plan, next->plan);
   if (device != nullptr) {
-    TA_CHECK_ARG(fits(other), "plan",
+    TA_CHECK_ARG(plan_fits(next->plan, layout), "plan",
                  "the new plan does not fit this plan's device layout (different heads/head_dim/"
                  "page_size, or more items/rows/ranges/pages/slots/queries than its capacity); "
                  "make the first plan with a larger headroom");
-    upload(*this, other.plan, stream);
+    upload(*this, next->plan, stream);
   } else {
-    layout = plan_layout(other.plan, headroom);
+    layout = plan_layout(next->plan, headroom);
   }
-  plan = other.plan;
-  tree = other.tree;
-  max_page_id = other.max_page_id;
+  state.replace(std::move(next));
 }
 
 void register_plan(nb::module_& m) {
@@ -166,31 +172,36 @@ void register_plan(nb::module_& m) {
                     const DeviceInfo&, double>(),
            nb::arg("tree"), nb::arg("planner"), nb::arg("num_qo_heads"), nb::arg("num_kv_heads"),
            nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("device_info"), nb::arg("headroom"))
-      .def_prop_ro("planner", [](const PyPlan& p) { return p.plan.planner; })
-      .def_prop_ro("version", [](const PyPlan& p) { return p.plan.version; })
+      .def_prop_ro("planner", of_plan([](const Plan& p) { return p.planner; }),
+                   "The planner asked for.")
       .def_prop_ro(
-          "tree_version", [](const PyPlan& p) { return p.plan.tree_version; },
-          "PrefixTree.version of the tree the plan was made from.")
-      .def_prop_ro("num_queries", [](const PyPlan& p) { return p.plan.shape.num_queries; })
-      .def_prop_ro("num_qo_heads", [](const PyPlan& p) { return p.plan.shape.num_qo_heads; })
-      .def_prop_ro("num_kv_heads", [](const PyPlan& p) { return p.plan.shape.num_kv_heads; })
-      .def_prop_ro("head_dim", [](const PyPlan& p) { return p.plan.shape.head_dim; })
-      .def_prop_ro("page_size", [](const PyPlan& p) { return p.plan.shape.page_size; })
-      .def_prop_ro("num_items", [](const PyPlan& p) { return p.plan.items.size(); })
-      .def_prop_ro("num_rows", [](const PyPlan& p) { return p.plan.rows.size(); })
-      .def_prop_ro("num_ranges", [](const PyPlan& p) { return p.plan.ranges.size(); })
-      .def_prop_ro("num_slots", [](const PyPlan& p) { return p.plan.num_slots; })
+          "chosen_planner", of_plan([](const Plan& p) { return p.chosen_planner; }),
+          "The planner whose plan this is: the one asked for, or for 'auto' the candidate it "
+          "chose ('auto' when its own grouping won, else e.g. 'fasttree').")
+      .def_prop_ro("version", of_plan([](const Plan& p) { return p.version; }))
+      .def_prop_ro("tree_version", of_plan([](const Plan& p) { return p.tree_version; }),
+                   "PrefixTree.version of the tree the plan was made from.")
+      .def_prop_ro("num_queries", of_plan([](const Plan& p) { return p.shape.num_queries; }))
+      .def_prop_ro("num_qo_heads", of_plan([](const Plan& p) { return p.shape.num_qo_heads; }))
+      .def_prop_ro("num_kv_heads", of_plan([](const Plan& p) { return p.shape.num_kv_heads; }))
+      .def_prop_ro("head_dim", of_plan([](const Plan& p) { return p.shape.head_dim; }))
+      .def_prop_ro("page_size", of_plan([](const Plan& p) { return p.shape.page_size; }))
+      .def_prop_ro("num_items", of_plan([](const Plan& p) { return p.items.size(); }))
+      .def_prop_ro("num_rows", of_plan([](const Plan& p) { return p.rows.size(); }))
+      .def_prop_ro("num_ranges", of_plan([](const Plan& p) { return p.ranges.size(); }))
+      .def_prop_ro("num_slots", of_plan([](const Plan& p) { return p.num_slots; }))
       .def_prop_ro(
           "class_items",
           [](const PyPlan& p) {
+            const std::shared_ptr<const PlanState> st = p.state.snapshot();
             std::vector<int32_t> v(kNumTileClasses);
             for (int c = 0; c < kNumTileClasses; ++c)
-              v[c] = p.plan.class_begin[c + 1] - p.plan.class_begin[c];
+              v[c] = st->plan.class_begin[c + 1] - st->plan.class_begin[c];
             return v;
           },
           "Items per tile class (M16, M64, M128).")
       .def_prop_ro(
-          "max_page_id", [](const PyPlan& p) { return p.max_page_id; },
+          "max_page_id", [](const PyPlan& p) { return p.state.snapshot()->max_page_id; },
           "Largest page id the plan reads; caches need num_pages > max_page_id.")
       .def_prop_ro("headroom", [](const PyPlan& p) { return p.headroom; })
       .def_prop_ro(
@@ -203,7 +214,8 @@ void register_plan(nb::module_& m) {
           },
           "CUDA device holding the workspace, or None before first GPU use.")
       .def_prop_ro(
-          "tree", [](const PyPlan& p) { return p.tree; }, "A copy of the planned tree.")
+          "tree", [](const PyPlan& p) { return p.state.snapshot()->tree; },
+          "A copy of the planned tree.")
       .def(
           "layout", [](const PyPlan& p) { return layout_dict(p.layout); },
           "Capacities and sizes of the device layout.")
@@ -216,8 +228,9 @@ void register_plan(nb::module_& m) {
       .def(
           "check",
           [](const PyPlan& p) {
-            validate_plan(p.plan);
-            check_coverage(p.tree, p.plan);
+            const std::shared_ptr<const PlanState> st = p.state.snapshot();
+            validate_plan(st->plan);
+            check_coverage(st->tree, st->plan);
           },
           "Raises RuntimeError unless every (query, KV token) pair is covered exactly once.")
       .def("fits", &PyPlan::fits, nb::arg("other"),

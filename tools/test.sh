@@ -3,7 +3,8 @@
 #   1. CMake build: core, CLI, tests, planning benchmark, and the CUDA kernels when nvcc is found
 #      (compile-only without a GPU: a representative subset of kernel configs, TREEATTN_CI_KERNELS;
 #      the full matrix when a GPU is present or TREEATTN_FULL_KERNELS=1);
-#   2. ctest: CPU tests, CLI smoke test, GPU tests (they skip with a message without a GPU);
+#   2. ctest: CPU tests, CLI smoke test, GPU tests (they skip with a message without a GPU); then
+#      the concurrency tests built with ThreadSanitizer (build-tsan, CPU-only, that target only);
 #   3. libFuzzer smoke run of the JSON and block-table readers and of the planners (clang);
 #   4. the planning-speed benchmark (short) and `treeattn check` on every workload line;
 #   5. pip install . into .venv and pytest (GPU tests skip without a GPU).
@@ -23,6 +24,10 @@ cmake --build build -j"$JOBS"
 
 echo "== [2/5] ctest"
 (cd build && ctest --output-on-failure -j"$JOBS" --timeout 600)
+echo "== [2/5] ThreadSanitizer: concurrency tests"
+cmake -S . -B build-tsan -DTREEATTN_TSAN=ON -DTREEATTN_CUDA=OFF -DTREEATTN_BENCH=OFF >/dev/null
+cmake --build build-tsan -j"$JOBS" --target treeattn_concurrency_tests
+TSAN_OPTIONS=halt_on_error=1 build-tsan/treeattn_concurrency_tests
 
 echo "== [3/5] fuzz smoke"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DTREEATTN_FUZZ=ON -DTREEATTN_CUDA=OFF \

@@ -84,13 +84,24 @@ _from_json_str.__doc__ = _orig_from_json_str.__doc__
 PrefixTree.from_json_str = staticmethod(_from_json_str)
 
 
+def scale_arg(sm_scale: Any) -> Optional[float]:
+    """sm_scale as the extension takes it: None (1/sqrt(head_dim)) or a float; the extension
+    checks that a given value is finite and > 0."""
+    if sm_scale is None:
+        return None
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float, np.integer,
+                                                               np.floating)):
+        raise TypeError(f"sm_scale: expected a float or None, got {type(sm_scale).__name__}")
+    return float(sm_scale)
+
+
 def _check_fresh(p: "Plan", what: str = "plan") -> None:
     """Refuses a plan whose tree changed since planning (decode would attend the old context)."""
-    ref = getattr(p, "_tree_ref", None)
+    ref, version = getattr(p, "_made_from", (None, None))
     tree = ref() if ref is not None else None
-    if tree is not None and tree.version != p.tree_version:
+    if tree is not None and tree.version != version:
         raise ValueError(
-            f"{what}: stale: made from version {p.tree_version} of its tree, which is now at "
+            f"{what}: stale: made from version {version} of its tree, which is now at "
             f"version {tree.version} (append_tokens / add_query / remove_query / fork_query "
             f"since); plan again: treeattn.plan(tree, ..., reuse={what})")
 
@@ -110,7 +121,12 @@ class Plan(_ext.Plan):
     :func:`treeattn.decode` (or :meth:`to_device`) allocates the device workspace on the tensor's
     device and uploads the metadata on the stream; later calls only launch kernels, so they can
     be captured in a CUDA graph once the workspace exists. ``stats()`` gives the plan statistics,
-    ``update(new_plan)`` refreshes the metadata in place (see its docstring).
+    ``update(new_plan)`` refreshes the metadata in place (see its docstring). ``planner`` is the
+    planner asked for, ``chosen_planner`` the one whose plan this is (for 'auto': 'auto' or the
+    candidate it picked, e.g. 'fasttree').
+
+    Threads: every decode runs one immutable snapshot of the plan, so any number of threads may
+    decode it while another calls update() (docs/python.md, "Thread safety").
     """
 
     handle: int
@@ -120,8 +136,10 @@ class Plan(_ext.Plan):
                  headroom: float) -> None:
         super().__init__(tree, planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes,
                          device_info, headroom)
-        #: The tree planned (weak): decode() and update() refuse the plan once it changed.
-        self._tree_ref = weakref.ref(tree)
+        #: The tree planned (weak) and its version then, as one attribute so that a thread
+        #: reading it while another update()s the plan sees a matching pair: decode() and
+        #: update() refuse the plan once the tree changed.
+        self._made_from = (weakref.ref(tree), self.tree_version)
         self.handle = next(_handles)
         _PLANS[self.handle] = self
 
@@ -143,17 +161,19 @@ class Plan(_ext.Plan):
         on that stream), so buffers and captured CUDA graphs stay valid. That needs `new` to fit
         the layout: make the first plan with headroom > 1 (e.g. plan(..., headroom=1.5)) and
         check with fits(). Raises ValueError naming 'plan' when it does not fit. Do not call it
-        while a graph is being captured (the upload is a host->device copy). Returns self."""
+        while a graph is being captured (the upload is a host->device copy). A CPU decode running
+        on another thread meanwhile finishes on the plan it started with. Returns self."""
         if not isinstance(new, _ext.Plan):
             raise TypeError(f"plan: expected a treeattn.Plan, got {type(new).__name__}")
         _check_fresh(new, "new")
         idx = self.device_index
         self._update(new, _default_stream(stream, idx) if idx is not None else 0)
-        self._tree_ref = getattr(new, "_tree_ref", None)
+        self._made_from = getattr(new, "_made_from", (None, None))
         return self
 
     def __repr__(self) -> str:
-        return (f"Plan(planner={self.planner!r}, queries={self.num_queries}, "
+        return (f"Plan(planner={self.planner!r}, chosen_planner={self.chosen_planner!r}, "
+                f"queries={self.num_queries}, "
                 f"items={self.num_items}, heads={self.num_qo_heads}/{self.num_kv_heads}, "
                 f"head_dim={self.head_dim}, device_index={self.device_index})")
 
@@ -227,7 +247,8 @@ def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
     _frameworks.stream_handle); CPU arrays (numpy, torch CPU; any float dtype) run the float32
     CPU executor. out: optional preallocated output (q's shape and dtype). return_lse: also return
     the float32 log-sum-exp [num_queries, num_qo_heads] (natural log of the softmax denominator
-    over the scaled logits); lse= passes a preallocated one. sm_scale: default 1/sqrt(head_dim).
+    over the scaled logits); lse= passes a preallocated one. sm_scale: None (the default) means
+    1/sqrt(head_dim); a given value must be finite and > 0.
 
     Returns out, or (out, lse). Raises ValueError / TypeError naming the bad argument.
     """
@@ -258,8 +279,7 @@ def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
     target = out
     if fw.framework(out) == "numpy" and out.dtype.name == "bfloat16":
         target = np.empty(out.shape, np.float32)  # q was widened to float32 above
-    _ext.decode(plan, q, k_cache, v_cache, target, lse, handle,
-                0.0 if sm_scale is None else float(sm_scale))
+    _ext.decode(plan, q, k_cache, v_cache, target, lse, handle, scale_arg(sm_scale))
     if target is not out:
         out[...] = target.astype(out.dtype)
     if out_alloc is not None:
@@ -274,7 +294,8 @@ def reference(tree: PrefixTree, q: Any, k_cache: Any, v_cache: Any = None,
               sm_scale: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Float64 oracle, independent of any plan: each query's root path expanded into one dense
     KV sequence. CPU arrays only (numpy or anything with __array__ / DLPack on the CPU); the same
-    layouts as decode(). queries limits the work to a sample (other rows are NaN).
+    layouts as decode(). queries limits the work to a sample (other rows are NaN). sm_scale as in
+    decode().
     Returns (out float64 [num_queries, num_qo_heads, head_dim], lse float64 [num_queries,
     num_qo_heads])."""
     if not isinstance(tree, PrefixTree):
@@ -287,5 +308,5 @@ def reference(tree: PrefixTree, q: Any, k_cache: Any, v_cache: Any = None,
     out = np.full((int(shape[0]), int(shape[1]), int(shape[2])), np.nan)
     lse = np.full((int(shape[0]), int(shape[1])), np.nan)
     _ext.reference(tree, q, k_cache, v_cache, list(queries or []), out, lse,
-                   0.0 if sm_scale is None else float(sm_scale))
+                   scale_arg(sm_scale))
     return out, lse

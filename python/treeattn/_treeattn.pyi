@@ -275,6 +275,18 @@ class DeviceInfo:
     @mask_penalty_m16.setter
     def mask_penalty_m16(self, arg: float, /) -> None: ...
 
+    @property
+    def cta_bw_factor(self) -> float: ...
+
+    @cta_bw_factor.setter
+    def cta_bw_factor(self, arg: float, /) -> None: ...
+
+    @property
+    def warpgroup_mma(self) -> bool: ...
+
+    @warpgroup_mma.setter
+    def warpgroup_mma(self, arg: bool, /) -> None: ...
+
     def __repr__(self) -> str: ...
 
 def planners() -> list[str]:
@@ -296,7 +308,14 @@ class Plan:
     def __init__(self, tree: PrefixTree, planner: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, device_info: DeviceInfo, headroom: float) -> None: ...
 
     @property
-    def planner(self) -> str: ...
+    def planner(self) -> str:
+        """The planner asked for."""
+
+    @property
+    def chosen_planner(self) -> str:
+        """
+        The planner whose plan this is: the one asked for, or for 'auto' the candidate it chose ('auto' when its own grouping won, else e.g. 'fasttree').
+        """
 
     @property
     def version(self) -> int: ...
@@ -378,12 +397,12 @@ class Plan:
         Frees the device workspace now (the next GPU decode allocates it again). Make sure no kernel using it is still running.
         """
 
-def decode(plan: Plan, q: NDArray, k_cache: NDArray, v_cache: NDArray | None, out: NDArray, lse: NDArray | None, stream: int, sm_scale: float) -> None:
+def decode(plan: Plan, q: NDArray, k_cache: NDArray, v_cache: NDArray | None, out: NDArray, lse: NDArray | None, stream: int, sm_scale: float | None) -> None:
     """
     Low-level decode: every tensor given (out/lse preallocated), stream as an integer handle. Use treeattn.decode().
     """
 
-def reference(tree: PrefixTree, q: NDArray, k_cache: NDArray, v_cache: NDArray | None, queries: Sequence[int], out: NDArray, lse: NDArray, sm_scale: float) -> None:
+def reference(tree: PrefixTree, q: NDArray, k_cache: NDArray, v_cache: NDArray | None, queries: Sequence[int], out: NDArray, lse: NDArray, sm_scale: float | None) -> None:
     """
     Low-level float64 oracle into preallocated float64 out/lse. Use treeattn.reference().
     """

@@ -5,7 +5,8 @@ Importing this module registers
 * ``torch.ops.treeattn.decode(q, k_cache, v_cache, plan_handle, sm_scale) -> out``
 * ``torch.ops.treeattn.decode_lse(q, k_cache, v_cache, plan_handle, sm_scale) -> (out, lse)``
 
-with fake (meta) implementations giving the output shapes. A custom op cannot take a Python
+with fake (meta) implementations giving the output shapes (``sm_scale``: None for
+1/sqrt(head_dim), else a finite float > 0). A custom op cannot take a Python
 object, so the plan is passed as its integer ``plan.handle`` (plans register themselves in a
 weak table when made; keep the Plan alive while graphs use it). Use :func:`decode`::
 
@@ -32,15 +33,14 @@ __all__ = ["decode"]
 
 
 def _run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tensor],
-         plan_handle: int, sm_scale: float, return_lse: bool):
+         plan_handle: int, sm_scale: Optional[float], return_lse: bool):
     plan = _api.plan_from_handle(plan_handle)
-    return _api.decode(q, k_cache, v_cache, plan, return_lse=return_lse,
-                       sm_scale=sm_scale if sm_scale > 0 else None)
+    return _api.decode(q, k_cache, v_cache, plan, return_lse=return_lse, sm_scale=sm_scale)
 
 
 @torch.library.custom_op("treeattn::decode", mutates_args=())
 def _decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tensor],
-               plan_handle: int, sm_scale: float) -> torch.Tensor:
+               plan_handle: int, sm_scale: Optional[float]) -> torch.Tensor:
     return _run(q, k_cache, v_cache, plan_handle, sm_scale, False)
 
 
@@ -51,7 +51,8 @@ def _decode_fake(q, k_cache, v_cache, plan_handle, sm_scale):
 
 @torch.library.custom_op("treeattn::decode_lse", mutates_args=())
 def _decode_lse_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tensor],
-                   plan_handle: int, sm_scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+                   plan_handle: int, sm_scale: Optional[float]
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
     return _run(q, k_cache, v_cache, plan_handle, sm_scale, True)
 
 
@@ -68,7 +69,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tenso
     plan: a treeattn.Plan (its ``handle`` is read) or the handle itself. The output is always a
     new tensor (no out=). Same tensor layouts and errors as treeattn.decode."""
     handle = plan if isinstance(plan, int) else plan.handle
-    scale = 0.0 if sm_scale is None else float(sm_scale)
+    scale = _api.scale_arg(sm_scale)
     if return_lse:
         return torch.ops.treeattn.decode_lse(q, k_cache, v_cache, handle, scale)
     return torch.ops.treeattn.decode(q, k_cache, v_cache, handle, scale)

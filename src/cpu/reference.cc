@@ -16,7 +16,8 @@ void check_host_inputs(const HostAttentionInputs& in) {
                in.num_kv_heads, " must be >= 1 and divide num_qo_heads ", in.num_qo_heads);
   TA_CHECK_ARG(in.head_dim >= 4 && in.head_dim % 4 == 0, "head_dim",
                "must be a positive multiple of 4, got ", in.head_dim);
-  TA_CHECK_ARG(std::isfinite(in.sm_scale), "sm_scale", "not finite");
+  TA_CHECK_ARG(std::isfinite(in.sm_scale) && in.sm_scale >= 0.f, "sm_scale",
+               "must be 0 (1/sqrt(head_dim)) or a finite number > 0, got ", in.sm_scale);
   TA_CHECK_ARG(in.q != nullptr, "q", "null");
   TA_CHECK_ARG(in.k != nullptr, "k", "null");
   TA_CHECK_ARG(in.v != nullptr, "v", "null");

@@ -39,6 +39,7 @@ PlanBuilder::PlanBuilder(const PrefixTree& tree, const PlanOptions& opts, const 
                          const char* planner, Mode mode)
     : tree_(tree), cost_only_(mode == Mode::kCostOnly) {
   plan_.planner = planner;
+  plan_.chosen_planner = planner;
   plan_.shape = shape;
   group_ = plan_.shape.group();
   warpgroup_mma_ = opts.device.warpgroup_mma;

@@ -143,6 +143,38 @@ TEST(CpuExecutor, EmptyFinalRowIsAPlannerBug) {
   EXPECT_THROW(execute_plan_cpu(p, in, out.data(), nullptr), std::invalid_argument);
 }
 
+// sm_scale: 0 means 1/sqrt(head_dim); otherwise finite and > 0 (the kernels take the row max on
+// raw scores), for the executor and the oracle alike.
+TEST(CpuExecutor, SmScaleMustBeZeroOrPositiveAndFinite) {
+  const PrefixTree t = tree_from_levels(parse_levels("N=1,2 C=40,20"));
+  const Plan p = make_plan(t, options("node", {4, 1, 64}));
+  const RandomInputs d = random_inputs(t, 4, 1, 64, false, 2);
+  std::vector<float> out(2 * 4 * 64);
+  std::vector<double> ref(out.size()), ref_lse(2 * 4);
+  for (const float bad : {-1.f, -1e-30f, NAN, INFINITY, -INFINITY}) {
+    HostAttentionInputs in = host_inputs(d, 4, 1, 64);
+    in.sm_scale = bad;
+    for (int which = 0; which < 2; ++which) {
+      try {
+        if (which == 0)
+          execute_plan_cpu(p, in, out.data(), nullptr);
+        else
+          reference_attention(t, in, {}, ref.data(), ref_lse.data());
+        ADD_FAILURE() << "sm_scale " << bad << " accepted";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("sm_scale: ", 0), 0u) << e.what();
+      }
+    }
+  }
+  HostAttentionInputs in = host_inputs(d, 4, 1, 64);
+  in.sm_scale = 0.125f;  // == the default for head_dim 64: the same bits
+  std::vector<float> given(out.size());
+  execute_plan_cpu(p, in, given.data(), nullptr);
+  in.sm_scale = 0.f;
+  execute_plan_cpu(p, in, out.data(), nullptr);
+  EXPECT_EQ(given, out);
+}
+
 TEST(CpuExecutor, RandomInputsAreFreshAndRounded) {
   const PrefixTree t = tree_from_levels(parse_levels("N=1,2 C=40,20"));
   const RandomInputs a = random_inputs(t, 4, 1, 64, false, 1);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,20 +32,27 @@ PlanOptions options_for(const LevelSpec& spec, const std::string& planner, const
   return o;
 }
 
+// Also Plan::chosen_planner: the planner asked for, or for auto the candidate whose plan it
+// returned (that planner's plan item for item) or "auto" for its own grouping.
 TEST(PlannersAuto, NeverWorseThanTheBestOtherPlanner) {
+  int32_t chose_own = 0, chose_other = 0;
   for (const char* dev : {"h200", "h100"}) {
     for (const Workload& w : workload_set("all")) {
       const PrefixTree tree = build_workload(w);
       double best_other = 1e300;
       std::string best_name;
+      std::map<std::string, Plan> others;
       for (const std::string& p : planner_names()) {
         if (p == "auto") continue;
         PlanOptions o = options_for(w.spec, p, dev);
-        const double us = estimate_plan_us(o.device, make_plan(tree, o));
+        Plan plan = make_plan(tree, o);
+        EXPECT_EQ(plan.chosen_planner, p);
+        const double us = estimate_plan_us(o.device, plan);
         if (us < best_other) {
           best_other = us;
           best_name = p;
         }
+        others.emplace(p, std::move(plan));
       }
       const PlanOptions o = options_for(w.spec, "auto", dev);
       const Plan plan = make_plan(tree, o);
@@ -53,8 +61,25 @@ TEST(PlannersAuto, NeverWorseThanTheBestOtherPlanner) {
       EXPECT_LE(us, best_other * (1 + 1e-12))
           << dev << " " << w.set << ": " << w.name << " auto " << us << " us vs " << best_name
           << " " << best_other << " us";
+      if (plan.chosen_planner == "auto") {
+        ++chose_own;
+        continue;
+      }
+      ++chose_other;
+      const auto it = others.find(plan.chosen_planner);
+      ASSERT_NE(it, others.end()) << "chosen_planner '" << plan.chosen_planner << "'";
+      const Plan& same = it->second;
+      EXPECT_EQ(estimate_plan_us(o.device, same), us) << w.name;
+      ASSERT_EQ(same.items.size(), plan.items.size()) << w.name;
+      for (size_t i = 0; i < plan.items.size(); ++i)
+        EXPECT_EQ(same.items[i].kv_tokens, plan.items[i].kv_tokens) << w.name << " item " << i;
+      EXPECT_EQ(same.page_ids, plan.page_ids) << w.name;
+      EXPECT_EQ(same.merge_slots, plan.merge_slots) << w.name;
     }
   }
+  // The workload set exercises both outcomes.
+  EXPECT_GT(chose_own, 0);
+  EXPECT_GT(chose_other, 0);
 }
 
 TEST(PlannersAuto, CandidatesAreEveryOtherPlanner) {

@@ -242,6 +242,109 @@ def test_update_before_to_device_checks_shape():
     assert p.num_qo_heads == 8
 
 
+# ---- issue 20: CPU decode reads only the plan's pages, sm_scale, the planner auto chose
+
+_CACHE_MEMORY_SCRIPT = r"""
+import numpy as np
+import treeattn
+
+
+def peak_kib():  # VmHWM: this process's peak RSS (ru_maxrss would start at the parent's)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+pages, P = 1 << 16, 16
+tree = treeattn.PrefixTree.from_block_tables([[pages - 1]], [P], page_size=P, num_pages=pages)
+plan = treeattn.plan(tree, 8, 1, 64)
+rng = np.random.default_rng(0)
+# np.zeros maps its pages lazily: only pages something touches become resident.
+k, v = np.zeros((pages, P, 1, 64), np.float16), np.zeros((pages, P, 1, 64), np.float16)
+kv = np.zeros((pages, 2, P, 1, 64), np.float16)
+k[-1], v[-1] = rng.uniform(-1, 1, (2, P, 1, 64))
+kv[-1] = k[-1], v[-1]
+q = rng.uniform(-1, 1, (1, 8, 64)).astype(np.float16)
+peak = peak_kib()
+out = treeattn.decode(q, k, v, plan)
+out_kv = treeattn.decode(q, kv, None, plan)
+grew_kib = peak_kib() - peak
+want = treeattn.reference(tree, q, k, v)[0]
+err = max(np.abs(o.astype(np.float64) - want).max() for o in (out, out_kv))
+print(grew_kib, err)
+"""
+
+
+def test_cpu_decode_reads_only_the_plans_pages():
+    """A 1-page tree over a 65,536-page fp16 cache (128 MiB for K, V and the combined layout
+    each, never touched but for the one page): decode's peak memory must not grow with the
+    cache (converting it to float32 would add 256 MiB per tensor)."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("needs Linux's /proc/self/status (VmHWM)")
+    r = subprocess.run([sys.executable, "-c", _CACHE_MEMORY_SCRIPT], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    grew_kib, err = r.stdout.split()
+    assert int(grew_kib) < 32 * 1024, f"decode grew the peak RSS by {int(grew_kib) // 1024} MiB"
+    assert float(err) < 2e-3  # fp16 output
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), -float("inf"), 1e39])
+def test_sm_scale_must_be_positive_and_finite(rng, bad):
+    t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    p = treeattn.plan(t, 8, 2, 64)
+    q, k, v = tree_qkv(rng, t, 8, 2, 64)
+    with pytest.raises(ValueError, match="^sm_scale: must be > 0"):
+        treeattn.decode(q, k, v, p, sm_scale=bad)
+    with pytest.raises(ValueError, match="^sm_scale: must be > 0"):
+        treeattn.reference(t, q, k, v, sm_scale=bad)
+    for wrong in ("0.1", True, [0.1]):
+        with pytest.raises(TypeError, match="^sm_scale: expected a float or None"):
+            treeattn.decode(q, k, v, p, sm_scale=wrong)
+    # None is the default 1/sqrt(head_dim); a given value is used as it is.
+    default = treeattn.reference(t, q, k, v)[0]
+    assert np.array_equal(treeattn.reference(t, q, k, v, sm_scale=64 ** -0.5)[0], default)
+    assert np.abs(treeattn.decode(q, k, v, p) - default).max() < 1e-4
+    small = treeattn.reference(t, q, k, v, sm_scale=1e-30)[0]
+    assert np.abs(treeattn.decode(q, k, v, p, sm_scale=1e-30) - small).max() < 1e-4
+    try:  # the torch custom op takes sm_scale as Optional[float] and checks it the same way
+        import torch
+        import treeattn.torch_ops as tops
+    except ImportError:
+        return
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    with pytest.raises(ValueError, match="^sm_scale: must be > 0"):
+        tops.decode(tq, tk, tv, p, sm_scale=bad)
+    assert np.abs(tops.decode(tq, tk, tv, p, sm_scale=1e-30).numpy() - small).max() < 1e-4
+
+
+def test_chosen_planner():
+    """plan.planner is the planner asked for; plan.chosen_planner the one whose plan it is: for
+    auto either 'auto' (its own grouping) or the candidate it returned, that planner's plan."""
+    outcomes = set()
+    for key in ("fasttree:0", "fasttree:3", "pat:0", "pat:5", "deft:0", "irregular:0",
+                "irregular:3", "forge:0"):
+        tree = treeattn.PrefixTree.from_workload(key)
+        p = treeattn.plan(tree)
+        assert p.planner == "auto"
+        assert p.chosen_planner in treeattn.planners(), key
+        outcomes.add(p.chosen_planner == "auto")
+        if p.chosen_planner != "auto":
+            same = treeattn.plan(tree, planner=p.chosen_planner)
+            assert same.chosen_planner == p.chosen_planner
+            assert same.stats() == p.stats(), key
+            assert (same.num_items, same.num_rows, same.num_ranges, same.num_slots) == (
+                p.num_items, p.num_rows, p.num_ranges, p.num_slots), key
+    assert outcomes == {True, False}  # both kinds of choice occur among these lines
+    tree = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
+    for name in treeattn.planners():
+        assert treeattn.plan(tree, 8, 2, 64, planner=name).chosen_planner == name \
+            or name == "auto"
+
+
 # ---- docs/python.md's graph example (item 8), its tree and plan part on the CPU
 
 

@@ -13,6 +13,8 @@ namespace treeattn {
 
 /// Float32 executor of `plan`: every work item's partial attention, then the LSE merge.
 /// out [num_queries, num_qo_heads, head_dim], lse (optional) [num_queries, num_qo_heads].
+/// Reentrant: reads `plan` and `in`, writes only `out` and `lse` (threads may run one plan at
+/// once, each with its own outputs).
 void execute_plan_cpu(const Plan& plan, const HostAttentionInputs& in, float* out, float* lse);
 /// Same, restricted to `queries` (empty = all): only the rows of those queries are computed and
 /// merged, items without such rows are skipped, and only those queries' out/lse rows are written

@@ -21,7 +21,7 @@ namespace treeattn {
 
 struct HostAttentionInputs {
   int32_t num_qo_heads = 32, num_kv_heads = 8, head_dim = 128;
-  float sm_scale = 0.f;  ///< 0 -> 1/sqrt(head_dim)
+  float sm_scale = 0.f;  ///< 0 -> 1/sqrt(head_dim); else finite and > 0
   const float* q = nullptr;
   const float* k = nullptr;
   const float* v = nullptr;
@@ -33,6 +33,7 @@ void check_host_inputs(const HostAttentionInputs& in);
 
 /// Float64 attention per query over its expanded root path; `queries` (empty = all) limits the
 /// work to a sample; out/lse are [num_queries, ...] and only the sampled rows are written.
+/// Reentrant: reads `tree` and `in`, writes only `out` and `lse`.
 void reference_attention(const PrefixTree& tree, const HostAttentionInputs& in,
                          const std::vector<int32_t>& queries, double* out, double* lse);
 

@@ -37,6 +37,9 @@ void set_kv_split(DecodeArgs* args, const void* k, const void* v, const KvStride
 /// K and V in one tensor of the combined layout: v = kv + strides.kv elements (fp16/bf16).
 void set_kv_combined(DecodeArgs* args, const void* kv, const KvStrides& strides);
 
+/// Thread safety: not thread-safe; use one DevicePlan from one thread at a time (or under the
+/// caller's lock). On the device, upload() and run() are ordered by their streams only: across
+/// two streams the caller orders them (events), else a kernel may read metadata mid-copy.
 class DevicePlan {
  public:
   /// Binds to CUDA device `device` (-1: the current one). Allocates nothing yet. Throws

@@ -21,6 +21,8 @@
 
 namespace treeattn {
 
+/// Thread safety: one thread at a time (every non-const member updates the tree and the plan);
+/// to run its plans on other threads, hand each step's plan to a SharedPlan.
 class IncrementalPlanner {
  public:
   /// Plans `tree` with `opts` (make_plan; throws what it throws). `replan_every` > 0 forces a

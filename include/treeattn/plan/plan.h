@@ -12,6 +12,11 @@
 //  * Row with slot == kFinalOutput writes out[query] directly (the query has exactly one row in
 //    the whole plan); otherwise it writes partial slot `slot`, and merge_slots lists the query's
 //    slots, merged by log-sum-exp (natural log of the softmax denominator, scaled logits).
+//
+// Thread safety: a Plan is plain data. Any number of threads may read one (run it, upload it,
+// take its statistics) at once; writing it while another thread reads it needs the caller's
+// synchronisation. To replace a plan that other threads are running, share it through
+// SharedPlan (treeattn/plan/shared_plan.h).
 #pragma once
 
 #include <cstdint>
@@ -70,10 +75,14 @@ struct PlanShape {
   int32_t group() const { return num_qo_heads / num_kv_heads; }
 };
 
+/// A plan: plain data (thread safety in the file comment).
 struct Plan {
   int32_t version = kPlanVersion;
   uint64_t tree_version = 0;  ///< PrefixTree::version of the tree it was made from
-  std::string planner;
+  std::string planner;        ///< the planner asked for (PlanOptions::planner)
+  /// The planner whose items these are: the one asked for, or for `auto` the candidate it chose
+  /// ("auto" when its own grouping won, else e.g. "fasttree"). Filled by the PlanBuilder.
+  std::string chosen_planner;
   PlanShape shape;
   std::vector<WorkItem> items;  ///< sorted by tile class (then by decreasing cost)
   std::vector<PlanRow> rows;

@@ -27,6 +27,9 @@ const std::vector<std::string>& planner_names();
 /// Validates the tree and the options (heads divisible, head_dim in {64,128,256}, group <= 128),
 /// then runs the named planner. Throws std::invalid_argument naming "planner", "num_qo_heads",
 /// "num_kv_heads", "head_dim" or the tree's offender.
+/// Thread safety: every planner is reentrant. Any number of threads may call make_plan() at once,
+/// on the same tree too (it only reads it); their one shared structure, FlashForge's profile
+/// cache, is behind a mutex.
 Plan make_plan(const PrefixTree& tree, const PlanOptions& opts);
 
 }  // namespace treeattn

@@ -14,6 +14,7 @@
 //     spread over 1/2, 1, 2, 4 waves of slots); each candidate is scored by the cost model.
 //  3. Guarantee: the other planners' plans are scored too and the cheapest plan wins, so under its
 //     own cost model auto is never worse than any of them.
+//     Plan::chosen_planner says which plan won ("auto" for its own, else the candidate's name).
 // Speed: the own split candidates share one list of query chunks and are scored straight from it
 // (own_cost_us, the same items a cost-only builder would record); the other planners are scored
 // with cost-only PlanBuilders (items' rows, KV tokens and tiles; no ranges or pages), whose cost
