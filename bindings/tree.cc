@@ -197,8 +197,10 @@ void register_tree(nb::module_& m) {
                                           [](const TreeNode& n) { return n.alive; });
                    })
       .def_prop_ro("page_size", [](const PrefixTree& t) { return t.page_size; })
-      .def_rw("num_pages", &PrefixTree::num_pages,
-              "Page ids must lie in [0, num_pages) (set it before free_pages).")
+      .def_prop_rw(
+          "num_pages", [](const PrefixTree& t) { return t.num_pages; }, &PrefixTree::set_num_pages,
+          "Page ids must lie in [0, num_pages) (set it before free_pages). Setting it is an update "
+          "(version + 1); it must stay above every page id in use or in free_pages.")
       .def_prop_rw(
           "free_pages", [](const PrefixTree& t) { return t.free_pages; },
           [](PrefixTree& t, const std::vector<int32_t>& v) {

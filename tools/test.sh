@@ -30,16 +30,23 @@ cmake --build build-tsan -j"$JOBS" --target treeattn_concurrency_tests
 TSAN_OPTIONS=halt_on_error=1 build-tsan/treeattn_concurrency_tests
 
 echo "== [3/5] fuzz smoke"
+# The core is compiled once with the sanitizers and linked into every fuzzer. Seeds: the corpus in
+# git plus large generated inputs (tests/fuzz/make_seeds.py); per input at most 5 s, 2 GB of RSS
+# and 1 GB per allocation; per fuzzer flags (max length) in tests/fuzz/<fuzzer>.flags.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DTREEATTN_FUZZ=ON -DTREEATTN_CUDA=OFF \
   -DTREEATTN_TESTS=OFF -DTREEATTN_BENCH=OFF >/dev/null
-cmake --build build-fuzz -j"$JOBS"
+cmake --build build-fuzz -j"$JOBS" --target fuzzers
+rm -rf build-fuzz/seeds && "$PY" tests/fuzz/make_seeds.py build-fuzz/seeds
 for target in build-fuzz/fuzz_*; do
   [ -x "$target" ] || continue
   name=$(basename "$target")
   work=$(mktemp -d)
-  seeds=tests/fuzz/corpus_${name#fuzz_}
-  [ -d "$seeds" ] && cp -r "$seeds/." "$work/"
-  "$target" -max_total_time="${FUZZ_SECONDS:-20}" -timeout=5 -rss_limit_mb=2048 "$work" \
+  for seeds in "tests/fuzz/corpus_${name#fuzz_}" "build-fuzz/seeds/${name#fuzz_}"; do
+    if [ -d "$seeds" ]; then cp -r "$seeds/." "$work/"; fi
+  done
+  read -r -a flags <<<"$(cat "tests/fuzz/$name.flags" 2>/dev/null || true)"
+  "$target" -max_total_time="${FUZZ_SECONDS:-20}" -timeout=5 -rss_limit_mb=2048 \
+    -malloc_limit_mb=1024 -artifact_prefix=build-fuzz/ "${flags[@]}" "$work" \
     >"build-fuzz/$name.log" 2>&1 || { tail -n 40 "build-fuzz/$name.log"; exit 1; }
   echo "$name: $(grep -E '^Done|#[0-9]+.*DONE' "build-fuzz/$name.log" | tail -n 1)"
   rm -rf "$work"

@@ -94,7 +94,9 @@ class PrefixTree:
 
     @property
     def num_pages(self) -> int:
-        """Page ids must lie in [0, num_pages) (set it before free_pages)."""
+        """
+        Page ids must lie in [0, num_pages) (set it before free_pages). Setting it is an update (version + 1); it must stay above every page id in use or in free_pages.
+        """
 
     @num_pages.setter
     def num_pages(self, arg: int, /) -> None: ...

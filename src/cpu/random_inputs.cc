@@ -38,7 +38,8 @@ RandomInputs random_inputs(const PrefixTree& tree, int32_t num_qo_heads, int32_t
   TA_CHECK_ARG(num_qo_heads >= 1, "num_qo_heads", "must be >= 1, got ", num_qo_heads);
   TA_CHECK_ARG(num_kv_heads >= 1, "num_kv_heads", "must be >= 1, got ", num_kv_heads);
   TA_CHECK_ARG(head_dim >= 1, "head_dim", "must be >= 1, got ", head_dim);
-  TA_CHECK_ARG(tree.num_pages >= 0 && tree.page_size >= 1, "tree", "bad page count or size");
+  TA_CHECK_ARG(tree.num_pages >= 0, "tree.num_pages", "must be >= 0, got ", tree.num_pages);
+  check_page_size(tree.page_size, "tree.page_size");
   uint64_t rng = seed * 0xD1B54A32D192ED03ull + 0x5DEECE66Dull;
   RandomInputs r;
   const size_t kv = static_cast<size_t>(tree.num_pages) * tree.page_size * num_kv_heads * head_dim;

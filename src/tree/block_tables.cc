@@ -53,7 +53,7 @@ struct UnitKeyHash {
 PrefixTree tree_from_block_tables(const std::vector<std::vector<int32_t>>& block_tables,
                                   const std::vector<int64_t>& seq_lens, int32_t page_size,
                                   int32_t num_pages) {
-  TA_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got ", page_size);
+  check_page_size(page_size, "page_size");
   TA_CHECK_ARG(num_pages >= 0, "num_pages", "must be >= 0, got ", num_pages);
   TA_CHECK_ARG(block_tables.size() == seq_lens.size(), "seq_lens", "has ", seq_lens.size(),
                " entries but block_tables has ", block_tables.size());

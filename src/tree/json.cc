@@ -1,18 +1,34 @@
 // The stable JSON tree format (see builders.h): a small hand-written, strict JSON reader (depth
-// limit, exact integer ranges, \u escapes, duplicate keys rejected, errors naming the JSON path
-// such as "nodes[3].parent") and the writer tree_to_json().
+// limit, exact integer ranges, \u escapes, duplicate keys rejected in every object, errors naming
+// the JSON path such as "nodes[3].parent") and the writer tree_to_json().
+//
+// The reader is a single pass that fills the tree's own arrays: node fields, page ids as int32,
+// query node ids. Values it does not use ("dtype", "name", "comment") are checked and dropped;
+// only the keys of their objects are kept while the object is open (the duplicate check).
+// Arrays it keeps are counted first, then reserved exactly.
+// Cost, for text of T bytes (at most kMaxJsonFileBytes):
+//  * time O(T), plus O(k log k) to check the k keys of each skipped object and O(n log n) for
+//    n node ids that are not compact (sorted instead of tabled);
+//  * memory beyond the text: about 6 T bytes at most on any input, plus about 8 bytes per page
+//    the reader lays out itself for a tree without "pages" (at most kMaxBuilderPages: 128 MB).
+//    Measured peaks (1M-element inputs): 6 T for one node listing one page id millions of times
+//    (4 bytes per id and 8 per repeated use, for 2 bytes of text; then rejected), 3 T for a flat
+//    object of keys or for minimal nodes with queries, 2 T for copy-on-write siblings, 1 T for
+//    distinct pages, O(1) for skipped arrays and strings. TreeJson.MemoryWithinSixTimesTheText
+//    checks 6 T on a large file, fuzz_tree_json 8 T + 1 MB on every input.
 //
 // Keys beyond the documented ones: "num_pages" (top level), "page_offset" per node (only with
 // "pages"), "free_pages" (top level), and the informational "dtype"/"name"/"comment" (ignored).
 // tree_to_json() always writes pages, page_offset and num_pages, so a round trip is exact for
 // live nodes (dead node slots are dropped). "queries" name nodes by their "id".
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <memory>
 #include <sstream>
-#include <unordered_map>
+#include <string_view>
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
@@ -23,63 +39,72 @@ namespace treeattn {
 namespace {
 
 constexpr int kMaxDepth = 64;
+constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+// Fewest bytes an element of each array the reader keeps can take, separator included: they cap
+// what is reserved from an element count (see Reader::array_capacity).
+constexpr size_t kMinNodeBytes = sizeof(R"({"id":0,"tokens":1},)") - 1;
+constexpr size_t kMinQueryBytes = sizeof(R"({"node":0},)") - 1;
+constexpr size_t kMinIntBytes = sizeof("0,") - 1;
+// nodes[i].parent while the parent is known by id only (resolved once every node is read).
+constexpr int32_t kParentById = -2;
 
-struct JValue {
-  enum Type { kNull, kBool, kNumber, kString, kArray, kObject } type = kNull;
-  bool b = false;
-  std::string text;  // number literal or decoded string
-  std::vector<JValue> arr;
-  std::vector<std::pair<std::string, JValue>> obj;
-};
+enum class JType { kNull, kBool, kNumber, kString, kArray, kObject };
 
-const char* type_name(JValue::Type t) {
+const char* type_name(JType t) {
   switch (t) {
-    case JValue::kNull:
+    case JType::kNull:
       return "null";
-    case JValue::kBool:
+    case JType::kBool:
       return "a boolean";
-    case JValue::kNumber:
+    case JType::kNumber:
       return "a number";
-    case JValue::kString:
+    case JType::kString:
       return "a string";
-    case JValue::kArray:
+    case JType::kArray:
       return "an array";
-    case JValue::kObject:
+    case JType::kObject:
       return "an object";
   }
   return "?";
 }
 
-class Parser {
+std::string printable(char c) {
+  if (c >= 0x20 && c < 0x7f) return std::string(1, c);
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned char>(c));
+  return buf;
+}
+
+void append_utf8(std::string& out, unsigned cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// A pull reader over the document text: the caller asks for the value it expects next (an
+// object with given keys, an array, an integer) or skips a value, which is then checked without
+// being stored. Keys of skipped objects are the only thing kept for skipped values (the
+// duplicate-key check); keys without escapes are referenced in the text, not copied.
+class Reader {
  public:
-  explicit Parser(const std::string& s) : s_(s) {}
+  explicit Reader(const std::string& s) : s_(s) {}
 
-  JValue parse_document() {
-    JValue v = parse_value(0);
-    skip_ws();
-    if (pos_ != s_.size()) fail("unexpected text after the JSON value");
-    return v;
-  }
-
- private:
-  // The JSON path of the value being parsed, built only when an error is reported.
-  struct Segment {
-    const std::string* key;  // object member, or nullptr for an array element
-    size_t index;
-  };
-  std::string path() const {
-    std::string p;
-    for (const Segment& sg : path_) {
-      if (sg.key) {
-        if (!p.empty()) p += '.';
-        p += *sg.key;
-      } else {
-        p += detail::concat("[", sg.index, "]");
-      }
-    }
-    return p.empty() ? "$" : p;
-  }
-  [[noreturn]] void fail(const std::string& what) {
+  // A syntax error: "json: <what> at line L column C (in <path>)".
+  [[noreturn]] void fail(const std::string& what) const {
     size_t line = 1, col = 1;
     for (size_t i = 0; i < pos_ && i < s_.size(); ++i) {
       if (s_[i] == '\n') {
@@ -89,9 +114,268 @@ class Parser {
         ++col;
       }
     }
-    throw std::invalid_argument(
-        detail::concat("json: ", what, " at line ", line, " column ", col, " (in ", path(), ")"));
+    throw std::invalid_argument(detail::concat("json: ", what, " at line ", line, " column ", col,
+                                               " (in ", path("$"), ")"));
   }
+  // A well-formed value of the wrong kind or range: "<path>: <what>".
+  [[noreturn]] void fail_value(const std::string& what) const {
+    throw std::invalid_argument(detail::concat(path("json"), ": ", what));
+  }
+
+  // The kind of the value starting at the next non-blank byte (nothing is consumed but blanks).
+  JType peek(int depth) {
+    if (depth > kMaxDepth) fail(detail::concat("nesting deeper than ", kMaxDepth));
+    skip_ws();
+    if (pos_ >= s_.size()) fail("unexpected end of input");
+    const char c = s_[pos_];
+    if (c == '{') return JType::kObject;
+    if (c == '[') return JType::kArray;
+    if (c == '"') return JType::kString;
+    if (c == 't' || c == 'f') return JType::kBool;
+    if (c == 'n') return JType::kNull;
+    if (c == '-' || (c >= '0' && c <= '9')) return JType::kNumber;
+    fail(detail::concat("unexpected character '", printable(c), "'"));
+  }
+
+  void expect_end() {
+    skip_ws();
+    if (pos_ != s_.size()) fail("unexpected text after the JSON value");
+  }
+
+  // Checks one value of any kind and moves past it.
+  void skip_value(int depth) {
+    switch (peek(depth)) {
+      case JType::kObject:
+        skip_object(depth);
+        return;
+      case JType::kArray:
+        array(depth, [&](size_t, int d) { skip_value(d); });
+        return;
+      case JType::kString:
+        scan_string();
+        return;
+      case JType::kNumber:
+        scan_number();
+        return;
+      case JType::kBool:
+        expect_word(s_[pos_] == 't' ? "true" : "false");
+        return;
+      case JType::kNull:
+        expect_word("null");
+        return;
+    }
+  }
+
+  // Consumes a null and returns true, or returns false at any other value.
+  bool null(int depth) {
+    if (peek(depth) != JType::kNull) return false;
+    expect_word("null");
+    return true;
+  }
+
+  // An integer literal in [lo, hi]; errors name the JSON path and quote the literal.
+  int64_t integer(int depth, int64_t lo, int64_t hi) {
+    const JType t = peek(depth);
+    if (t != JType::kNumber) mismatch("an integer", t, depth);
+    const size_t begin = pos_;
+    const bool plain = scan_number();
+    const std::string_view lit(s_.data() + begin, pos_ - begin);
+    if (!plain) fail_value(detail::concat("expected an integer, got ", lit));
+    const bool neg = lit[0] == '-';
+    // Accumulated as a negative number so that INT64_MIN is representable.
+    int64_t acc = 0;
+    bool ok = true;
+    for (size_t i = neg ? 1 : 0; i < lit.size() && ok; ++i) {
+      const int d = lit[i] - '0';
+      ok = acc >= (kInt64Min + d) / 10;
+      if (ok) acc = acc * 10 - d;
+    }
+    if (ok && !neg) {
+      ok = acc != kInt64Min;
+      acc = -acc;
+    }
+    if (!ok || acc < lo || acc > hi)
+      fail_value(detail::concat("integer ", lit, " is out of range [", lo, ", ", hi, "]"));
+    return acc;
+  }
+
+  // An array; element(index, depth + 1) must read or skip one value.
+  template <typename F>
+  void array(int depth, F&& element) {
+    const JType t = peek(depth);
+    if (t != JType::kArray) mismatch(type_name(JType::kArray), t, depth);
+    ++pos_;
+    if (eat(']')) return;
+    for (size_t i = 0;; ++i) {
+      path_.push_back(Segment::at_index(i));
+      element(i, depth + 1);
+      path_.pop_back();
+      if (eat(',')) continue;
+      if (eat(']')) return;
+      fail("expected ',' or ']'");
+    }
+  }
+
+  // An object whose keys must be among `names` (at most 32), each at most once;
+  // member(i, depth + 1) must read or skip the value of names[i].
+  template <size_t N, typename F>
+  void object(int depth, const std::string_view (&names)[N], F&& member) {
+    static_assert(N <= 32, "the keys seen are a 32-bit mask");
+    const JType t = peek(depth);
+    if (t != JType::kObject) mismatch(type_name(JType::kObject), t, depth);
+    ++pos_;
+    if (eat('}')) return;
+    uint32_t seen = 0;
+    while (true) {
+      const size_t side = side_.size();
+      const KeyRef key = read_key();
+      size_t i = 0;
+      while (i < N && names[i] != view(key)) ++i;
+      if (i == N) {
+        path_.push_back(Segment::at_key(key));
+        fail_value("unknown key");
+      }
+      if (seen >> i & 1) {
+        pos_ = key.at;
+        fail(detail::concat("duplicate key \"", names[i], "\""));
+      }
+      seen |= uint32_t{1} << i;
+      side_.resize(side);
+      if (!eat(':')) fail("expected ':'");
+      path_.push_back(Segment::named(names[i]));
+      member(i, depth + 1);
+      path_.pop_back();
+      if (eat(',')) continue;
+      if (eat('}')) return;
+      fail("expected ',' or '}'");
+    }
+  }
+
+  // How many elements to reserve for the array at the next non-blank byte: its element count
+  // (a scan to the matching bracket that does not check the syntax), but no more than its bytes
+  // could hold if every element took at least `min_bytes` bytes with its separator. 0 when no
+  // array starts here.
+  size_t array_capacity(size_t min_bytes) {
+    skip_ws();
+    if (pos_ >= s_.size() || s_[pos_] != '[') return 0;
+    size_t depth = 1, commas = 0, i = pos_ + 1;
+    bool empty = true;
+    for (; i < s_.size(); ++i) {
+      const char c = s_[i];
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+      if ((c == ']' || c == '}') && --depth == 0) break;
+      empty = false;
+      if (c == '"') {
+        for (++i; i < s_.size() && s_[i] != '"'; ++i)
+          if (s_[i] == '\\') ++i;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ',' && depth == 1) {
+        ++commas;
+      }
+    }
+    const size_t inner = std::min(i, s_.size()) - pos_;
+    return std::min(empty ? 0 : commas + 1, inner / min_bytes + 1);
+  }
+
+ private:
+  // A key: where it starts in the text (its opening quote) and its decoded bytes, in the text
+  // when it has no escapes, else in side_.
+  struct KeyRef {
+    uint32_t at, begin, len;
+    bool side;
+  };
+  // One step of the JSON path of the value being read; names are resolved only for a message.
+  struct Segment {
+    enum Kind { kName, kKey, kIndex } kind;
+    std::string_view name;
+    KeyRef key;
+    size_t index;
+    static Segment named(std::string_view n) { return {kName, n, {}, 0}; }
+    static Segment at_key(KeyRef k) { return {kKey, {}, k, 0}; }
+    static Segment at_index(size_t i) { return {kIndex, {}, {}, i}; }
+  };
+
+  std::string path(const char* root) const {
+    std::string p;
+    for (const Segment& sg : path_) {
+      if (sg.kind == Segment::kIndex) {
+        p += detail::concat("[", sg.index, "]");
+        continue;
+      }
+      if (!p.empty()) p += '.';
+      p += sg.kind == Segment::kName ? sg.name : view(sg.key);
+    }
+    return p.empty() ? root : p;
+  }
+
+  std::string_view view(const KeyRef& k) const {
+    return std::string_view(k.side ? side_.data() : s_.data(), k.side ? side_.size() : s_.size())
+        .substr(k.begin, k.len);
+  }
+
+  // Skips the value (so that a syntax error inside it is reported first), then reports that it
+  // is not what was expected.
+  [[noreturn]] void mismatch(const char* want, JType got, int depth) {
+    skip_value(depth);
+    fail_value(detail::concat("expected ", want, ", got ", type_name(got)));
+  }
+
+  // An object nobody reads: its values are skipped, its keys must be distinct. The keys of the
+  // objects being skipped are a stack in keys_ (and side_ for keys with escapes); each object
+  // sorts its own range when it closes, so the check takes O(k log k) for k keys.
+  void skip_object(int depth) {
+    ++pos_;
+    const size_t base = keys_.size(), side_base = side_.size();
+    if (!eat('}')) {
+      while (true) {
+        const KeyRef key = read_key();
+        if (!eat(':')) fail("expected ':'");
+        keys_.push_back(key);
+        path_.push_back(Segment::at_key(key));
+        skip_value(depth + 1);
+        path_.pop_back();
+        if (eat(',')) continue;
+        if (eat('}')) break;
+        fail("expected ',' or '}'");
+      }
+    }
+    const auto first = keys_.begin() + static_cast<std::ptrdiff_t>(base);
+    std::sort(first, keys_.end(), [&](const KeyRef& a, const KeyRef& b) {
+      const int c = view(a).compare(view(b));
+      return c != 0 ? c < 0 : a.at < b.at;
+    });
+    // The first repeat in document order: the earliest second key of a run of equal keys.
+    const KeyRef* repeat = nullptr;
+    for (auto it = first; it + 1 < keys_.end(); ++it) {
+      if (view(*it) == view(*(it + 1)) && (it == first || view(*(it - 1)) != view(*it)) &&
+          (repeat == nullptr || (it + 1)->at < repeat->at))
+        repeat = &*(it + 1);
+    }
+    if (repeat != nullptr) {
+      pos_ = repeat->at;
+      fail(detail::concat("duplicate key \"", view(*repeat), "\""));
+    }
+    keys_.resize(base);
+    side_.resize(side_base);
+  }
+
+  // A key and its ':' separator are not consumed together: the caller checks the ':'.
+  KeyRef read_key() {
+    skip_ws();
+    if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a string key");
+    const size_t at = pos_;
+    const bool escaped = scan_string();
+    if (!escaped) {
+      return {static_cast<uint32_t>(at), static_cast<uint32_t>(at + 1),
+              static_cast<uint32_t>(pos_ - at - 2), false};
+    }
+    const size_t begin = side_.size();
+    decode_string(at, &side_);
+    return {static_cast<uint32_t>(at), static_cast<uint32_t>(begin),
+            static_cast<uint32_t>(side_.size() - begin), true};
+  }
+
   void skip_ws() {
     while (pos_ < s_.size() &&
            (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
@@ -107,84 +391,14 @@ class Parser {
   }
   void expect_word(const char* w) {
     for (const char* p = w; *p; ++p, ++pos_) {
-      if (pos_ >= s_.size() || s_[pos_] != *p) fail(detail::concat("invalid literal"));
+      if (pos_ >= s_.size() || s_[pos_] != *p) fail("invalid literal");
     }
   }
 
-  JValue parse_value(int depth) {
-    if (depth > kMaxDepth) fail(detail::concat("nesting deeper than ", kMaxDepth));
-    skip_ws();
-    if (pos_ >= s_.size()) fail("unexpected end of input");
-    JValue v;
-    const char c = s_[pos_];
-    if (c == '{') {
-      ++pos_;
-      v.type = JValue::kObject;
-      if (eat('}')) return v;
-      while (true) {
-        skip_ws();
-        if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a string key");
-        std::string key = parse_string();
-        for (const auto& kv : v.obj) {
-          if (kv.first == key) fail(detail::concat("duplicate key \"", key, "\""));
-        }
-        if (!eat(':')) fail("expected ':'");
-        v.obj.emplace_back(std::move(key), JValue());
-        path_.push_back({&v.obj.back().first, 0});
-        v.obj.back().second = parse_value(depth + 1);
-        path_.pop_back();
-        if (eat(',')) continue;
-        if (eat('}')) return v;
-        fail("expected ',' or '}'");
-      }
-    }
-    if (c == '[') {
-      ++pos_;
-      v.type = JValue::kArray;
-      if (eat(']')) return v;
-      while (true) {
-        path_.push_back({nullptr, v.arr.size()});
-        JValue elem = parse_value(depth + 1);
-        path_.pop_back();
-        v.arr.push_back(std::move(elem));
-        if (eat(',')) continue;
-        if (eat(']')) return v;
-        fail("expected ',' or ']'");
-      }
-    }
-    if (c == '"') {
-      v.type = JValue::kString;
-      v.text = parse_string();
-      return v;
-    }
-    if (c == 't' || c == 'f') {
-      v.type = JValue::kBool;
-      v.b = c == 't';
-      expect_word(v.b ? "true" : "false");
-      return v;
-    }
-    if (c == 'n') {
-      expect_word("null");
-      return v;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      v.type = JValue::kNumber;
-      v.text = parse_number();
-      return v;
-    }
-    fail(detail::concat("unexpected character '", printable(c), "'"));
-  }
-
-  static std::string printable(char c) {
-    if (c >= 0x20 && c < 0x7f) return std::string(1, c);
-    char buf[8];
-    std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned char>(c));
-    return buf;
-  }
-
-  std::string parse_number() {
-    const size_t begin = pos_;
+  // Moves past a number; true when it has no fraction and no exponent.
+  bool scan_number() {
     auto digit = [&] { return pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9'; };
+    bool plain = true;
     if (s_[pos_] == '-') ++pos_;
     if (!digit()) fail("invalid number");
     if (s_[pos_] == '0') {
@@ -193,17 +407,19 @@ class Parser {
       while (digit()) ++pos_;
     }
     if (pos_ < s_.size() && s_[pos_] == '.') {
+      plain = false;
       ++pos_;
       if (!digit()) fail("invalid number");
       while (digit()) ++pos_;
     }
     if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+      plain = false;
       ++pos_;
       if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
       if (!digit()) fail("invalid number");
       while (digit()) ++pos_;
     }
-    return s_.substr(begin, pos_ - begin);
+    return plain;
   }
 
   unsigned hex4() {
@@ -225,44 +441,44 @@ class Parser {
     return v;
   }
 
-  std::string parse_string() {
+  // Checks the string starting at the quote at pos_ and moves past it; returns whether it has
+  // escapes. Decoded bytes go to `out` when given.
+  bool scan_string(std::string* out = nullptr) {
     ++pos_;  // opening quote
-    std::string out;
+    bool escaped = false;
     while (true) {
       if (pos_ >= s_.size()) fail("unterminated string");
       const char c = s_[pos_++];
-      if (c == '"') return out;
+      if (c == '"') return escaped;
       if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
       if (c != '\\') {
-        out += c;
+        if (out) *out += c;
         continue;
       }
+      escaped = true;
       if (pos_ >= s_.size()) fail("unterminated string");
       const char e = s_[pos_++];
+      char plain = 0;
       switch (e) {
         case '"':
-          out += '"';
-          break;
         case '\\':
-          out += '\\';
-          break;
         case '/':
-          out += '/';
+          plain = e;
           break;
         case 'b':
-          out += '\b';
+          plain = '\b';
           break;
         case 'f':
-          out += '\f';
+          plain = '\f';
           break;
         case 'n':
-          out += '\n';
+          plain = '\n';
           break;
         case 'r':
-          out += '\r';
+          plain = '\r';
           break;
         case 't':
-          out += '\t';
+          plain = '\t';
           break;
         case 'u': {
           unsigned cp = hex4();
@@ -276,224 +492,199 @@ class Parser {
           } else if (cp >= 0xDC00 && cp < 0xE000) {
             fail("unpaired surrogate in \\u escape");
           }
-          append_utf8(out, cp);
-          break;
+          if (out) append_utf8(*out, cp);
+          continue;
         }
         default:
           fail(detail::concat("invalid escape '\\", printable(e), "'"));
       }
+      if (out) *out += plain;
     }
   }
 
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+  // Decodes the (already checked) string whose opening quote is at `at` into `out`.
+  void decode_string(size_t at, std::string* out) {
+    const size_t end = pos_;
+    pos_ = at;
+    scan_string(out);
+    pos_ = end;
   }
 
   const std::string& s_;
   size_t pos_ = 0;
   std::vector<Segment> path_;
+  std::vector<KeyRef> keys_;  // keys of the skipped objects now open, innermost last
+  std::string side_;          // decoded keys that have escapes
 };
-
-// ---- typed accessors: every error names the JSON path.
-
-int64_t to_int(const JValue& v, const std::string& path, int64_t lo, int64_t hi) {
-  TA_CHECK_ARG(v.type == JValue::kNumber, path, "expected an integer, got ", type_name(v.type));
-  const std::string& t = v.text;
-  TA_CHECK_ARG(t.find_first_of(".eE") == std::string::npos, path, "expected an integer, got ", t);
-  const bool neg = t[0] == '-';
-  // Accumulate as a negative number so INT64_MIN is representable; reject overflow.
-  int64_t acc = 0;
-  for (size_t i = neg ? 1 : 0; i < t.size(); ++i) {
-    const int d = t[i] - '0';
-    TA_CHECK_ARG(acc >= (std::numeric_limits<int64_t>::min() + d) / 10, path, "integer ", t,
-                 " is out of range [", lo, ", ", hi, "]");
-    acc = acc * 10 - d;
-  }
-  if (!neg) {
-    TA_CHECK_ARG(acc != std::numeric_limits<int64_t>::min(), path, "integer ", t,
-                 " is out of range [", lo, ", ", hi, "]");
-    acc = -acc;
-  }
-  TA_CHECK_ARG(acc >= lo && acc <= hi, path, "integer ", t, " is out of range [", lo, ", ", hi,
-               "]");
-  return acc;
-}
-
-int32_t to_i32(const JValue& v, const std::string& path, int32_t lo) {
-  return static_cast<int32_t>(to_int(v, path, lo, std::numeric_limits<int32_t>::max()));
-}
-
-const JValue& expect(const JValue& v, JValue::Type t, const std::string& path) {
-  TA_CHECK_ARG(v.type == t, path, "expected ", type_name(t), ", got ", type_name(v.type));
-  return v;
-}
-
-const JValue* find_key(const JValue& obj, const char* key) {
-  for (const auto& kv : obj.obj) {
-    if (kv.first == key) return &kv.second;
-  }
-  return nullptr;
-}
-
-void check_keys(const JValue& obj, const std::string& path,
-                std::initializer_list<const char*> known) {
-  for (const auto& kv : obj.obj) {
-    bool ok = false;
-    for (const char* k : known) ok = ok || kv.first == k;
-    TA_CHECK_ARG(ok, path.empty() ? kv.first : path + "." + kv.first, "unknown key");
-  }
-}
-
-// Fast path for a plain non-negative int32 literal; false on anything else.
-bool try_page_id(const JValue& v, int32_t* out) {
-  if (v.type != JValue::kNumber || v.text.empty() || v.text.size() > 10) return false;
-  int64_t acc = 0;
-  for (char c : v.text) {
-    if (c < '0' || c > '9') return false;
-    acc = acc * 10 + (c - '0');
-  }
-  if (acc > std::numeric_limits<int32_t>::max()) return false;
-  *out = static_cast<int32_t>(acc);
-  return true;
-}
-
-std::vector<int32_t> page_list(const JValue& v, const std::string& path) {
-  expect(v, JValue::kArray, path);
-  std::vector<int32_t> out(v.arr.size());
-  for (size_t k = 0; k < v.arr.size(); ++k) {
-    // The path string is built only for an element that is not a plain page id.
-    if (!try_page_id(v.arr[k], &out[k]))
-      out[k] = to_i32(v.arr[k], detail::concat(path, "[", k, "]"), 0);
-  }
-  return out;
-}
 
 }  // namespace
 
+// One pass over the text fills the tree's own arrays; ids (parents, queries) are resolved once
+// every node is read, then the structure is checked before the page layout is derived.
 PrefixTree tree_from_json(const std::string& text) {
-  const JValue doc = Parser(text).parse_document();
-  expect(doc, JValue::kObject, "json");
-  check_keys(doc, "",
-             {"page_size", "heads", "head_dim", "num_pages", "nodes", "queries", "free_pages",
-              "dtype", "name", "comment"});
+  TA_CHECK_ARG(static_cast<int64_t>(text.size()) <= kMaxJsonFileBytes, "json", "text of ",
+               text.size(),
+               " bytes is larger than the limit kMaxJsonFileBytes=", kMaxJsonFileBytes);
+  static constexpr std::string_view kTopKeys[] = {"page_size", "heads",   "head_dim",   "num_pages",
+                                                  "nodes",     "queries", "free_pages", "dtype",
+                                                  "name",      "comment"};
+  static constexpr std::string_view kNodeKeys[] = {"id", "parent", "tokens", "pages",
+                                                   "page_offset"};
+  static constexpr std::string_view kQueryKeys[] = {"node"};
+  Reader r(text);
   PrefixTree tree;
-  if (const JValue* v = find_key(doc, "page_size")) tree.page_size = to_i32(*v, "page_size", 1);
-  if (const JValue* v = find_key(doc, "heads")) {
-    expect(*v, JValue::kArray, "heads");
-    TA_CHECK_ARG(v->arr.size() == 2, "heads", "expected [qo_heads, kv_heads], got ", v->arr.size(),
-                 " entries");
-    tree.shape.num_qo_heads = to_i32(v->arr[0], "heads[0]", 1);
-    tree.shape.num_kv_heads = to_i32(v->arr[1], "heads[1]", 1);
-    TA_CHECK_ARG(tree.shape.num_qo_heads % tree.shape.num_kv_heads == 0, "heads", "query heads ",
-                 tree.shape.num_qo_heads, " are not a multiple of kv heads ",
-                 tree.shape.num_kv_heads);
-  }
-  if (const JValue* v = find_key(doc, "head_dim")) tree.shape.head_dim = to_i32(*v, "head_dim", 1);
-  const JValue* nodes = find_key(doc, "nodes");
-  TA_CHECK_ARG(nodes != nullptr, "nodes", "missing");
-  expect(*nodes, JValue::kArray, "nodes");
-  TA_CHECK_ARG(!nodes->arr.empty(), "nodes", "empty: the tree needs at least one node");
-  TA_CHECK_ARG(static_cast<int64_t>(nodes->arr.size()) <= kMaxTreeNodes, "nodes", "has ",
-               nodes->arr.size(), " nodes, above the limit kMaxTreeNodes=", kMaxTreeNodes);
-  const int32_t n = static_cast<int32_t>(nodes->arr.size());
+  int64_t page_size = tree.page_size;
+  bool have_nodes = false, have_queries = false, have_num_pages = false;
+  int32_t num_pages = 0, with_pages = 0;
+  std::vector<int64_t> parent_id;  // per node, used where nodes[i].parent == kParentById
+  std::vector<int64_t> query_id;   // node id of every query
+  auto read_ints = [&](int depth, std::vector<int32_t>* out) {
+    out->reserve(r.array_capacity(kMinIntBytes));
+    r.array(depth, [&](size_t, int d) {
+      out->push_back(static_cast<int32_t>(r.integer(d, 0, kInt32Max)));
+    });
+  };
+  auto read_node = [&](size_t i, int depth) {
+    TA_CHECK_ARG(static_cast<int64_t>(i) < kMaxTreeNodes, "nodes", "more than the limit ",
+                 "kMaxTreeNodes=", kMaxTreeNodes, " nodes");
+    TreeNode nd;
+    nd.parent = kNoParent;
+    nd.page_offset = -1;  // not given: derived from the start position below
+    int64_t pid = 0;
+    bool has_id = false, has_tokens = false, has_pages = false;
+    r.object(depth, kNodeKeys, [&](size_t key, int d) {
+      switch (key) {
+        case 0:
+          nd.id = r.integer(d, kInt64Min, kInt64Max);
+          has_id = true;
+          break;
+        case 1:
+          if (!r.null(d)) {
+            pid = r.integer(d, kInt64Min, kInt64Max);
+            nd.parent = kParentById;
+          }
+          break;
+        case 2:
+          nd.tokens = static_cast<int32_t>(r.integer(d, 1, kInt32Max));
+          has_tokens = true;
+          break;
+        case 3:
+          read_ints(d, &nd.pages);
+          has_pages = true;
+          break;
+        default:
+          nd.page_offset = static_cast<int32_t>(r.integer(d, 0, kInt32Max));
+          break;
+      }
+    });
+    TA_CHECK_ARG(has_id, detail::concat("nodes[", i, "].id"), "missing");
+    TA_CHECK_ARG(has_tokens, detail::concat("nodes[", i, "].tokens"), "missing");
+    TA_CHECK_ARG(has_pages || nd.page_offset < 0, detail::concat("nodes[", i, "].page_offset"),
+                 "given without \"pages\"");
+    with_pages += has_pages;
+    tree.nodes.push_back(std::move(nd));
+    parent_id.push_back(pid);
+  };
+  r.object(0, kTopKeys, [&](size_t key, int d) {
+    switch (key) {
+      case 0:
+        page_size = r.integer(d, kInt64Min, kInt64Max);
+        break;
+      case 1: {
+        int32_t h[2] = {0, 0};
+        size_t count = 0;
+        r.array(d, [&](size_t i, int d2) {
+          if (i < 2) {
+            h[i] = static_cast<int32_t>(r.integer(d2, 1, kInt32Max));
+          } else {
+            r.skip_value(d2);
+          }
+          count = i + 1;
+        });
+        TA_CHECK_ARG(count == 2, "heads", "expected [qo_heads, kv_heads], got ", count, " entries");
+        TA_CHECK_ARG(h[0] % h[1] == 0, "heads", "query heads ", h[0],
+                     " are not a multiple of kv heads ", h[1]);
+        tree.shape.num_qo_heads = h[0];
+        tree.shape.num_kv_heads = h[1];
+        break;
+      }
+      case 2:
+        tree.shape.head_dim = static_cast<int32_t>(r.integer(d, 1, kInt32Max));
+        break;
+      case 3:
+        num_pages = static_cast<int32_t>(r.integer(d, 0, kInt32Max));
+        have_num_pages = true;
+        break;
+      case 4: {
+        have_nodes = true;
+        const size_t cap = std::min<size_t>(r.array_capacity(kMinNodeBytes), kMaxTreeNodes);
+        tree.nodes.reserve(cap);
+        parent_id.reserve(cap);
+        r.array(d, read_node);
+        break;
+      }
+      case 5:
+        have_queries = true;
+        query_id.reserve(std::min<size_t>(r.array_capacity(kMinQueryBytes), kMaxTreeQueries));
+        r.array(d, [&](size_t q, int d2) {
+          TA_CHECK_ARG(static_cast<int64_t>(q) < kMaxTreeQueries, "queries",
+                       "more than the limit kMaxTreeQueries=", kMaxTreeQueries, " queries");
+          bool has_node = false;
+          r.object(d2, kQueryKeys, [&](size_t, int d3) {
+            query_id.push_back(r.integer(d3, kInt64Min, kInt64Max));
+            has_node = true;
+          });
+          TA_CHECK_ARG(has_node, detail::concat("queries[", q, "].node"), "missing");
+        });
+        break;
+      case 6:
+        read_ints(d, &tree.free_pages);
+        break;
+      default:  // informational keys: checked, not kept
+        r.skip_value(d);
+        break;
+    }
+  });
+  r.expect_end();
 
-  // Pass 1: ids, tokens, pages.
-  std::unordered_map<int64_t, int32_t> index_of;
-  std::vector<const JValue*> parent_val(n, nullptr);
-  int with_pages = 0;
-  tree.nodes.resize(n);
+  check_page_size(page_size, "page_size");
+  tree.page_size = static_cast<int32_t>(page_size);
+
+  TA_CHECK_ARG(have_nodes, "nodes", "missing");
+  TA_CHECK_ARG(!tree.nodes.empty(), "nodes", "empty: the tree needs at least one node");
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
   for (int32_t i = 0; i < n; ++i) {
-    const std::string path = detail::concat("nodes[", i, "]");
-    const JValue& o = expect(nodes->arr[i], JValue::kObject, path);
-    check_keys(o, path, {"id", "parent", "tokens", "pages", "page_offset"});
-    TreeNode& nd = tree.nodes[i];
-    const JValue* id = find_key(o, "id");
-    TA_CHECK_ARG(id != nullptr, path + ".id", "missing");
-    nd.id = to_int(*id, path + ".id", std::numeric_limits<int64_t>::min(),
-                   std::numeric_limits<int64_t>::max());
-    auto [it, fresh] = index_of.emplace(nd.id, i);
-    TA_CHECK_ARG(fresh, path + ".id", "duplicate id ", nd.id, " (also nodes[", it->second, "])");
-    const JValue* tok = find_key(o, "tokens");
-    TA_CHECK_ARG(tok != nullptr, path + ".tokens", "missing");
-    nd.tokens = to_i32(*tok, path + ".tokens", 1);
-    parent_val[i] = find_key(o, "parent");
-    if (const JValue* pg = find_key(o, "pages")) {
-      nd.pages = page_list(*pg, path + ".pages");
-      ++with_pages;
-    }
-    if (const JValue* off = find_key(o, "page_offset")) {
-      TA_CHECK_ARG(find_key(o, "pages") != nullptr, path + ".page_offset",
-                   "given without \"pages\"");
-      nd.page_offset = to_i32(*off, path + ".page_offset", 0);
-      TA_CHECK_ARG(nd.page_offset < tree.page_size, path + ".page_offset", "must be < page_size ",
-                   tree.page_size, ", got ", nd.page_offset);
-    } else {
-      nd.page_offset = -1;  // filled from the start position below
-    }
+    const int32_t off = tree.nodes[i].page_offset;
+    TA_CHECK_ARG(off < tree.page_size, detail::concat("nodes[", i, "].page_offset"),
+                 "must be < page_size ", tree.page_size, ", got ", off);
   }
   TA_CHECK_ARG(with_pages == 0 || with_pages == n, "nodes", "either every node has \"pages\" or ",
                "none (", with_pages, " of ", n, " have them)");
-  // Pass 2: parents by id.
-  for (int32_t i = 0; i < n; ++i) {
-    const std::string path = detail::concat("nodes[", i, "].parent");
-    const JValue* pv = parent_val[i];
-    if (pv == nullptr || pv->type == JValue::kNull) continue;
-    const int64_t pid =
-        to_int(*pv, path, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
-    auto it = index_of.find(pid);
-    TA_CHECK_ARG(it != index_of.end(), path, "unknown parent id ", pid);
-    tree.nodes[i].parent = it->second;
-  }
-  // Queries by node id.
-  const JValue* queries = find_key(doc, "queries");
-  TA_CHECK_ARG(queries != nullptr, "queries", "missing");
-  expect(*queries, JValue::kArray, "queries");
-  TA_CHECK_ARG(!queries->arr.empty(), "queries", "empty: the tree needs at least one query");
-  TA_CHECK_ARG(static_cast<int64_t>(queries->arr.size()) <= kMaxTreeQueries, "queries", "has ",
-               queries->arr.size(), " queries, above the limit kMaxTreeQueries=", kMaxTreeQueries);
-  for (size_t q = 0; q < queries->arr.size(); ++q) {
-    const std::string path = detail::concat("queries[", q, "]");
-    const JValue& o = expect(queries->arr[q], JValue::kObject, path);
-    check_keys(o, path, {"node"});
-    const JValue* nv = find_key(o, "node");
-    TA_CHECK_ARG(nv != nullptr, path + ".node", "missing");
-    const int64_t id = to_int(*nv, path + ".node", std::numeric_limits<int64_t>::min(),
-                              std::numeric_limits<int64_t>::max());
-    auto it = index_of.find(id);
-    TA_CHECK_ARG(it != index_of.end(), path + ".node", "unknown node id ", id);
-    tree.query_node.push_back(it->second);
-  }
-  // Structure checks before the layout (cycles would make start positions meaningless).
   {
-    // Only the structure is checked here: a page size that fits any node in one page keeps this
-    // cheap however many tokens the nodes claim.
-    PrefixTree shape_only;
-    shape_only.page_size = std::numeric_limits<int32_t>::max();
-    shape_only.nodes.resize(n);
+    const detail::IdIndex ids(tree);
+    const auto [first, later] = ids.first_duplicate();
+    TA_CHECK_ARG(later < 0, detail::concat("nodes[", later, "].id"), "duplicate id ",
+                 tree.nodes[later].id, " (also nodes[", first, "])");
     for (int32_t i = 0; i < n; ++i) {
-      shape_only.nodes[i].id = tree.nodes[i].id;
-      shape_only.nodes[i].parent = tree.nodes[i].parent;
-      shape_only.nodes[i].tokens = tree.nodes[i].tokens;
-      shape_only.nodes[i].pages.assign(1, i);  // distinct pages: the layout is checked later
+      if (tree.nodes[i].parent != kParentById) continue;
+      const int32_t p = ids.find(parent_id[i]);
+      TA_CHECK_ARG(p >= 0, detail::concat("nodes[", i, "].parent"), "unknown parent id ",
+                   parent_id[i]);
+      tree.nodes[i].parent = p;
     }
-    shape_only.num_pages = n;
-    shape_only.query_node = tree.query_node;
-    validate(shape_only);
+    std::vector<int64_t>().swap(parent_id);
+    TA_CHECK_ARG(have_queries, "queries", "missing");
+    TA_CHECK_ARG(!query_id.empty(), "queries", "empty: the tree needs at least one query");
+    tree.query_node.resize(query_id.size());
+    for (size_t q = 0; q < query_id.size(); ++q) {
+      tree.query_node[q] = ids.find(query_id[q]);
+      TA_CHECK_ARG(tree.query_node[q] >= 0, detail::concat("queries[", q, "].node"),
+                   "unknown node id ", query_id[q]);
+    }
+    std::vector<int64_t>().swap(query_id);
   }
+  // Cycles would make start positions meaningless, and the token limit keeps them in range.
+  detail::validate_structure(tree);
   // Start positions in preorder, then the page layout.
   const std::vector<int32_t> order = detail::preorder_of(tree);
   std::vector<int64_t> start(n, 0);
@@ -523,15 +714,11 @@ PrefixTree tree_from_json(const std::string& text) {
     for (const TreeNode& nd : tree.nodes)
       for (int32_t p : nd.pages) max_page = std::max(max_page, p);
   }
-  tree.num_pages = max_page + 1;
-  if (const JValue* v = find_key(doc, "num_pages")) tree.num_pages = to_i32(*v, "num_pages", 0);
-  if (const JValue* v = find_key(doc, "free_pages")) {
-    tree.free_pages = page_list(*v, "free_pages");
-    for (size_t k = 0; k < tree.free_pages.size(); ++k) {
-      TA_CHECK_ARG(tree.free_pages[k] < tree.num_pages, detail::concat("free_pages[", k, "]"),
-                   "page id ", tree.free_pages[k], " out of range [0, num_pages=", tree.num_pages,
-                   ")");
-    }
+  tree.num_pages = have_num_pages ? num_pages : max_page + 1;
+  for (size_t k = 0; k < tree.free_pages.size(); ++k) {
+    TA_CHECK_ARG(tree.free_pages[k] < tree.num_pages, detail::concat("free_pages[", k, "]"),
+                 "page id ", tree.free_pages[k], " out of range [0, num_pages=", tree.num_pages,
+                 ")");
   }
   validate(tree);
   return tree;
@@ -543,8 +730,11 @@ PrefixTree tree_from_json_file(const std::string& path) {
                "' is a directory, expected a JSON tree file");
   std::ifstream in(path, std::ios::binary);
   TA_CHECK_ARG(in.good(), "path", "cannot open '", path, "'");
-  // Read in chunks up to the limit (the size of /dev/zero or a pipe is not known up front).
+  // Read in chunks up to the limit (the size of /dev/zero or a pipe is not known up front);
+  // the size of a regular file is reserved so that the text takes its size, not up to twice.
   std::string text;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size <= static_cast<uintmax_t>(kMaxJsonFileBytes)) text.reserve(size);
   char buf[1 << 16];
   while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
     text.append(buf, static_cast<size_t>(in.gcount()));

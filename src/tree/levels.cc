@@ -76,6 +76,7 @@ LevelSpec parse_levels(const std::string& text) {
       detail::parse_heads(val, &spec.shape);
     } else if (key == "page") {
       spec.page_size = parse_positive(val, "page");
+      check_page_size(spec.page_size, "page");
     } else if (key == "dim") {
       spec.shape.head_dim = parse_positive(val, "dim");
     } else if (key == "dtype") {
@@ -114,7 +115,7 @@ PrefixTree tree_from_levels(const LevelSpec& spec, PageLayout layout, uint64_t s
   TA_CHECK_ARG(!N.empty(), "levels", "no levels");
   TA_CHECK_ARG(N.size() == C.size(), "levels", "N and C differ in length (", N.size(), " vs ",
                C.size(), ")");
-  TA_CHECK_ARG(spec.page_size >= 1, "page", "must be >= 1, got ", spec.page_size);
+  check_page_size(spec.page_size, "page");
   int64_t total = 0;
   for (size_t i = 0; i < N.size(); ++i) {
     TA_CHECK_ARG(N[i] >= 1 && C[i] >= 1, "levels", "level ", i, " has N=", N[i], " C=", C[i],

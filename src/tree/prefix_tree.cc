@@ -41,62 +41,20 @@ void check_acyclic(const PrefixTree& tree) {
   }
 }
 
-// Node ids must be unique among live nodes. Ids are usually small (builders use the node
-// index), so a stamp table over [min id, min id + 4n) finds duplicates in O(n); other id sets are
-// sorted. Returns the first duplicate pair (later index second) or {-1, -1}.
-std::pair<int32_t, int32_t> find_duplicate_id(const PrefixTree& tree) {
-  const int32_t n = static_cast<int32_t>(tree.nodes.size());
-  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
-  for (const TreeNode& nd : tree.nodes) {
-    if (!nd.alive) continue;
-    lo = std::min(lo, nd.id);
-    hi = std::max(hi, nd.id);
-  }
-  if (lo > hi) return {-1, -1};
-  if (static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) < 4 * static_cast<uint64_t>(n) + 64) {
-    std::vector<int32_t> owner(static_cast<size_t>(hi - lo) + 1, -1);
-    for (int32_t i = 0; i < n; ++i) {
-      const TreeNode& nd = tree.nodes[i];
-      if (!nd.alive) continue;
-      int32_t& o = owner[static_cast<size_t>(nd.id - lo)];
-      if (o >= 0) return {o, i};
-      o = i;
-    }
-    return {-1, -1};
-  }
-  std::vector<std::pair<int64_t, int32_t>> ids;
-  ids.reserve(tree.nodes.size());
-  for (int32_t i = 0; i < n; ++i)
-    if (tree.nodes[i].alive) ids.emplace_back(tree.nodes[i].id, i);
-  std::sort(ids.begin(), ids.end());
-  std::pair<int32_t, int32_t> first{-1, -1};
-  for (size_t k = 1; k < ids.size(); ++k)
-    if (ids[k].first == ids[k - 1].first && (first.second < 0 || ids[k].second < first.second))
-      first = {ids[k - 1].second, ids[k].second};
-  return first;
-}
-
-// Limits on what depends on the whole structure: tokens, listed pages and the path-depth sum
-// (depths from one preorder pass; the tree is known to be acyclic).
-void check_limits(const PrefixTree& tree) {
-  const int32_t n = static_cast<int32_t>(tree.nodes.size());
-  int64_t tokens = 0, pages = 0;
+// Limits on what depends on the whole structure: tokens, listed pages (unless `pages` is false)
+// and the path-depth sum (the tree is known to be acyclic).
+void check_limits(const PrefixTree& tree, bool pages) {
+  int64_t tokens = 0, listed = 0;
   for (const TreeNode& nd : tree.nodes) {
     if (!nd.alive) continue;
     tokens += nd.tokens;
-    pages += static_cast<int64_t>(nd.pages.size());
+    listed += static_cast<int64_t>(nd.pages.size());
   }
   TA_CHECK_ARG(tokens <= kMaxTreeTokens, "tree", tokens,
                " tokens over live nodes exceed the limit kMaxTreeTokens=", kMaxTreeTokens);
-  TA_CHECK_ARG(pages <= kMaxTreePages, "tree", pages,
+  TA_CHECK_ARG(!pages || listed <= kMaxTreePages, "tree", listed,
                " page ids listed by live nodes exceed the limit kMaxTreePages=", kMaxTreePages);
-  std::vector<int32_t> depth(n, 0);
-  for (const int32_t v : detail::preorder_of(tree)) {
-    const int32_t p = tree.nodes[v].parent;
-    depth[v] = p == kNoParent ? 1 : depth[p] + 1;
-  }
-  int64_t sum = 0;
-  for (const int32_t v : tree.query_node) sum += depth[v];
+  const int64_t sum = detail::path_depth_sum(tree, detail::path_lengths(tree));
   TA_CHECK_ARG(sum <= kMaxPathDepthSum, "tree", "the path-depth sum (nodes on every query's path, ",
                "summed over ", tree.query_node.size(), " queries) is ", sum,
                ", above the limit kMaxPathDepthSum=", kMaxPathDepthSum);
@@ -108,12 +66,17 @@ void check_limits(const PrefixTree& tree) {
 // at the same slots, a child reusing its parent's page at the same slots, or one page under two
 // different prefixes is refused. free_pages entries must be in range, unique and not listed by a
 // live node. Pages are counted in an array over num_pages when that is not much larger than the
-// pages listed (else sorted); only pages listed more than once are compared slot by slot.
+// pages listed and pooled (else sorted); only pages listed more than once are compared slot by
+// slot, and those uses are kept as 8-byte references (memory stays within a few bytes per listed
+// page).
 void check_pages(const PrefixTree& tree) {
   struct Use {
     int32_t page, node, k;
     int64_t prefix;  ///< what precedes the page: the parent for a first page, else the node
     int64_t begin, end, pos;  ///< slots [begin, end) of the page hold positions pos + slot
+  };
+  struct Ref {
+    int32_t rank, k;  ///< page k of the node at position `rank` of the preorder
   };
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
   const int64_t P = tree.page_size;
@@ -125,7 +88,9 @@ void check_pages(const PrefixTree& tree) {
     if (p != kNoParent) start[v] = start[p] + tree.nodes[p].tokens;
     listed += tree.nodes[v].pages.size();
   }
-  auto use_of = [&](int32_t v, int32_t k) {
+  auto use_of = [&](Ref r) {
+    const int32_t v = order[r.rank];
+    const int32_t k = r.k;
     const TreeNode& nd = tree.nodes[v];
     const int64_t lo = std::max<int64_t>(nd.page_offset, int64_t{k} * P);
     const int64_t hi = std::min<int64_t>(int64_t{nd.page_offset} + nd.tokens, int64_t{k + 1} * P);
@@ -138,39 +103,48 @@ void check_pages(const PrefixTree& tree) {
   auto use_name = [&](const Use& u) {
     return detail::concat(node_name(u.node), ".pages[", u.k, "]");
   };
-  std::vector<Use> shared;  // uses of pages listed more than once
-  const bool dense =
-      static_cast<uint64_t>(tree.num_pages) <= 8 * static_cast<uint64_t>(listed) + 4096;
+  std::vector<Ref> shared;  // uses of pages listed more than once
+  const uint64_t entries = listed + tree.free_pages.size();
+  const bool dense = static_cast<uint64_t>(tree.num_pages) <= 2 * entries + 4096;
   std::vector<int32_t> count;
   std::vector<int32_t> sorted_used;
   if (dense) {
     count.assign(static_cast<size_t>(tree.num_pages), 0);
     for (const int32_t v : order)
       for (const int32_t p : tree.nodes[v].pages) ++count[p];
-    for (const int32_t v : order)
-      for (size_t k = 0; k < tree.nodes[v].pages.size(); ++k)
-        if (count[tree.nodes[v].pages[k]] > 1) shared.push_back(use_of(v, static_cast<int32_t>(k)));
   } else {
     sorted_used.reserve(listed);
     for (const int32_t v : order)
       sorted_used.insert(sorted_used.end(), tree.nodes[v].pages.begin(), tree.nodes[v].pages.end());
     std::sort(sorted_used.begin(), sorted_used.end());
-    for (const int32_t v : order)
-      for (size_t k = 0; k < tree.nodes[v].pages.size(); ++k) {
-        const auto r =
-            std::equal_range(sorted_used.begin(), sorted_used.end(), tree.nodes[v].pages[k]);
-        if (r.second - r.first > 1) shared.push_back(use_of(v, static_cast<int32_t>(k)));
-      }
   }
-  std::stable_sort(shared.begin(), shared.end(), [](const Use& a, const Use& b) {
-    return a.page != b.page ? a.page < b.page : a.begin < b.begin;
+  auto listed_twice = [&](int32_t p) {
+    if (dense) return count[p] > 1;
+    const auto r = std::equal_range(sorted_used.begin(), sorted_used.end(), p);
+    return r.second - r.first > 1;
+  };
+  size_t num_shared = 0;  // counted first: the list is reserved exactly
+  for (const int32_t v : order)
+    for (const int32_t p : tree.nodes[v].pages) num_shared += listed_twice(p);
+  shared.reserve(num_shared);
+  for (int32_t rank = 0; rank < static_cast<int32_t>(order.size()); ++rank) {
+    const std::vector<int32_t>& pages = tree.nodes[order[rank]].pages;
+    for (size_t k = 0; k < pages.size(); ++k)
+      if (listed_twice(pages[k])) shared.push_back({rank, static_cast<int32_t>(k)});
+  }
+  // By page, then first slot, then preorder position and page index (a total order).
+  std::sort(shared.begin(), shared.end(), [&](Ref x, Ref y) {
+    const Use a = use_of(x), b = use_of(y);
+    if (a.page != b.page) return a.page < b.page;
+    if (a.begin != b.begin) return a.begin < b.begin;
+    return x.rank != y.rank ? x.rank < y.rank : x.k < y.k;
   });
   // Within one page, uses sorted by first slot form clusters of overlapping slots; every use of
   // a cluster must share the parent and the slot -> position map of the others.
   size_t reach = 0;  // the use of the current cluster whose slots reach furthest
   for (size_t i = 0; i < shared.size(); ++i) {
-    const Use& b = shared[i];
-    const Use& a = shared[reach];
+    const Use b = use_of(shared[i]);
+    const Use a = use_of(shared[reach]);
     if (i == 0 || b.page != a.page || b.begin >= a.end) {
       reach = i;
       continue;
@@ -186,16 +160,17 @@ void check_pages(const PrefixTree& tree) {
   }
   for (size_t k = 0; k < tree.free_pages.size(); ++k) {
     const int32_t p = tree.free_pages[k];
-    const std::string name = detail::concat("free_pages[", k, "]");
-    TA_CHECK_ARG(p >= 0 && p < tree.num_pages, name, "page id ", p,
+    // Called only for a message: a string per entry cost more than the checks.
+    const auto name = [k] { return detail::concat("free_pages[", k, "]"); };
+    TA_CHECK_ARG(p >= 0 && p < tree.num_pages, name(), "page id ", p,
                  " out of range [0, num_pages=", tree.num_pages, ")");
     if (dense) {
-      TA_CHECK_ARG(count[p] <= 0, name, "page id ", p, " is in use by a live node");
-      TA_CHECK_ARG(count[p] == 0, name, "page id ", p, " is listed twice");
+      TA_CHECK_ARG(count[p] <= 0, name(), "page id ", p, " is in use by a live node");
+      TA_CHECK_ARG(count[p] == 0, name(), "page id ", p, " is listed twice");
       count[p] = -1;
     } else {
-      TA_CHECK_ARG(!std::binary_search(sorted_used.begin(), sorted_used.end(), p), name, "page id ",
-                   p, " is in use by a live node");
+      TA_CHECK_ARG(!std::binary_search(sorted_used.begin(), sorted_used.end(), p), name(),
+                   "page id ", p, " is in use by a live node");
     }
   }
   if (!dense && !tree.free_pages.empty()) {
@@ -206,12 +181,11 @@ void check_pages(const PrefixTree& tree) {
   }
 }
 
-}  // namespace
-
+// validate(), with the page checks only when `pages` is true (detail::validate_structure).
 // Messages (and the node names in them) are built only when a check fails: TA_CHECK_ARG
 // evaluates its argument name and message lazily, so the passing path allocates nothing per node.
-void validate(const PrefixTree& tree) {
-  TA_CHECK_ARG(tree.page_size >= 1, "page_size", "must be >= 1, got ", tree.page_size);
+void validate_tree(const PrefixTree& tree, bool pages) {
+  check_page_size(tree.page_size, "page_size");
   TA_CHECK_ARG(tree.num_pages >= 0, "num_pages", "must be >= 0, got ", tree.num_pages);
   TA_CHECK_ARG(static_cast<int64_t>(tree.nodes.size()) <= kMaxTreeNodes, "nodes", "tree has ",
                tree.nodes.size(), " node slots, above the limit kMaxTreeNodes=", kMaxTreeNodes);
@@ -221,7 +195,8 @@ void validate(const PrefixTree& tree) {
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
   const int64_t P = tree.page_size;
   int32_t live = 0;
-  const auto [dup_first, dup_second] = find_duplicate_id(tree);  // reported at its later node
+  // A repeated id is reported at its later node.
+  const auto [dup_first, dup_second] = detail::IdIndex(tree).first_duplicate();
   for (int32_t i = 0; i < n; ++i) {
     const TreeNode& nd = tree.nodes[i];
     if (!nd.alive) continue;
@@ -237,6 +212,7 @@ void validate(const PrefixTree& tree) {
     }
     TA_CHECK_ARG(nd.tokens >= 1, node_name(i) + ".tokens", "must be >= 1, got ", nd.tokens,
                  " (node id ", nd.id, ")");
+    if (!pages) continue;
     TA_CHECK_ARG(nd.page_offset >= 0 && nd.page_offset < P, node_name(i) + ".page_offset",
                  "must lie in [0, page_size=", P, "), got ", nd.page_offset);
     const int64_t want = ceil_div(int64_t{nd.page_offset} + nd.tokens, P);
@@ -258,11 +234,87 @@ void validate(const PrefixTree& tree) {
                  " (tree has ", n, " node slots)");
     TA_CHECK_ARG(tree.nodes[v].alive, detail::concat("query ", q), "node index ", v, " is dead");
   }
-  check_limits(tree);
-  check_pages(tree);
+  check_limits(tree, pages);
+  if (pages) check_pages(tree);
 }
 
+}  // namespace
+
+void check_page_size(int64_t page_size, const std::string& arg) {
+  TA_CHECK_ARG(page_size >= 1 && page_size <= kMaxPageSize, arg,
+               "must lie in [1, kMaxPageSize=", kMaxPageSize, "], got ", page_size);
+}
+
+void validate(const PrefixTree& tree) { validate_tree(tree, true); }
+
 namespace detail {
+
+IdIndex::IdIndex(const PrefixTree& tree) {
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  for (const TreeNode& nd : tree.nodes) {
+    if (!nd.alive) continue;
+    lo = std::min(lo, nd.id);
+    hi = std::max(hi, nd.id);
+  }
+  lo_ = lo;
+  if (lo > hi) return;
+  if (static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) < 4 * static_cast<uint64_t>(n) + 64) {
+    table_.assign(static_cast<size_t>(hi - lo) + 1, -1);
+    for (int32_t i = 0; i < n; ++i) {
+      const TreeNode& nd = tree.nodes[i];
+      if (!nd.alive) continue;
+      int32_t& o = table_[static_cast<size_t>(nd.id - lo)];
+      if (o < 0) {
+        o = i;
+      } else if (dup_.second < 0) {
+        dup_ = {o, i};
+      }
+    }
+    return;
+  }
+  sorted_.reserve(tree.nodes.size());
+  for (int32_t i = 0; i < n; ++i)
+    if (tree.nodes[i].alive) sorted_.emplace_back(tree.nodes[i].id, i);
+  std::sort(sorted_.begin(), sorted_.end());
+  size_t run = 0;  // start of the run of equal ids: the id's first node
+  for (size_t k = 1; k < sorted_.size(); ++k) {
+    if (sorted_[k].first != sorted_[k - 1].first) {
+      run = k;
+    } else if (dup_.second < 0 || sorted_[k].second < dup_.second) {
+      dup_ = {sorted_[run].second, sorted_[k].second};
+    }
+  }
+}
+
+int32_t IdIndex::find(int64_t id) const {
+  if (!table_.empty()) {
+    if (id < lo_ || static_cast<uint64_t>(id) - static_cast<uint64_t>(lo_) >= table_.size())
+      return -1;
+    return table_[static_cast<size_t>(static_cast<uint64_t>(id) - static_cast<uint64_t>(lo_))];
+  }
+  const auto it =
+      std::lower_bound(sorted_.begin(), sorted_.end(), std::pair<int64_t, int32_t>{id, -1});
+  return it != sorted_.end() && it->first == id ? it->second : -1;
+}
+
+void validate_structure(const PrefixTree& tree) { validate_tree(tree, false); }
+
+std::vector<int32_t> path_lengths(const PrefixTree& tree) {
+  std::vector<int32_t> len(tree.nodes.size(), 0);
+  for (const int32_t v : preorder_of(tree)) {
+    const int32_t p = tree.nodes[v].parent;
+    len[v] = p == kNoParent ? 1 : len[p] + 1;
+  }
+  return len;
+}
+
+int64_t path_depth_sum(const PrefixTree& tree, const std::vector<int32_t>& lengths) {
+  int64_t sum = 0;
+  for (const int32_t v : tree.query_node)
+    if (v >= 0 && v < static_cast<int32_t>(lengths.size())) sum += lengths[v];
+  return sum;
+}
 
 int32_t children_csr(const PrefixTree& tree, std::vector<int32_t>* ptr, std::vector<int32_t>* ids,
                      std::vector<int32_t>* roots) {
@@ -313,7 +365,7 @@ std::vector<int32_t> preorder_of(const PrefixTree& tree) {
 PrefixTree assemble_tree(const std::vector<int32_t>& parents, const std::vector<int32_t>& tokens,
                          const std::vector<int32_t>& query_nodes, int32_t page_size,
                          PageLayout layout, uint64_t seed, int32_t spare_pages) {
-  TA_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got ", page_size);
+  check_page_size(page_size, "page_size");
   const int32_t n = static_cast<int32_t>(parents.size());
   TA_CHECK_INTERNAL(tokens.size() == parents.size(), "parents/tokens size mismatch");
   PrefixTree tree;

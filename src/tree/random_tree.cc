@@ -35,7 +35,7 @@ PrefixTree random_tree(uint64_t seed, const RandomTreeOptions& opts) {
   TA_CHECK_ARG(opts.max_tokens_per_node >= 1, "max_tokens_per_node", "must be >= 1, got ",
                opts.max_tokens_per_node);
   TA_CHECK_ARG(opts.max_roots >= 1, "max_roots", "must be >= 1, got ", opts.max_roots);
-  TA_CHECK_ARG(opts.page_size >= 1, "page_size", "must be >= 1, got ", opts.page_size);
+  check_page_size(opts.page_size, "page_size");
   // A test generator: bounded so that no argument can make it allocate without bound.
   constexpr int32_t kMaxRandom = 1 << 20;
   TA_CHECK_ARG(opts.max_nodes <= kMaxRandom, "max_nodes", "must be <= ", kMaxRandom, ", got ",

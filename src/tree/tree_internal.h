@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "treeattn/common/int_math.h"
@@ -37,6 +38,35 @@ std::vector<int32_t> preorder_csr(const std::vector<int32_t>& ptr, const std::ve
                                   const std::vector<int32_t>& roots);
 /// Live nodes in preorder (children in index order), iteratively; nodes on a cycle are skipped.
 std::vector<int32_t> preorder_of(const PrefixTree& tree);
+
+/// Node ids -> node indices over the live nodes of a tree. Ids are usually small (builders use
+/// the node index), so a table over [min id, min id + 4n + 64) serves them in O(n); other id sets
+/// are kept as (id, index) pairs sorted by id (O(n log n)). At most 16 bytes per node either way.
+class IdIndex {
+ public:
+  explicit IdIndex(const PrefixTree& tree);
+  /// The live node with this id (the lowest index if the id repeats), or -1.
+  int32_t find(int64_t id) const;
+  /// The first repeated id in index order: {its first node, the later node}, or {-1, -1}.
+  std::pair<int32_t, int32_t> first_duplicate() const { return dup_; }
+
+ private:
+  int64_t lo_ = 0;
+  std::vector<int32_t> table_;                       // dense: node of id lo_ + i, or -1
+  std::vector<std::pair<int64_t, int32_t>> sorted_;  // sparse: (id, node) sorted
+  std::pair<int32_t, int32_t> dup_{-1, -1};
+};
+
+/// validate() without the page checks (page_offset, page lists, page ownership, free_pages):
+/// structure, ids, queries and the token and path-depth limits. The JSON reader runs it before
+/// it lays pages out.
+void validate_structure(const PrefixTree& tree);
+
+/// Nodes on the path root -> v for every live node v reachable from a root (0 for the others),
+/// from one preorder pass.
+std::vector<int32_t> path_lengths(const PrefixTree& tree);
+/// Sum over queries of their path lengths: the quantity kMaxPathDepthSum bounds.
+int64_t path_depth_sum(const PrefixTree& tree, const std::vector<int32_t>& lengths);
 
 /// Sets num_qo_heads / num_kv_heads from "QO/KV" (the value of a heads= word); throws
 /// std::invalid_argument naming "heads" unless both are positive and KV divides QO.

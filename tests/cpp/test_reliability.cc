@@ -1,12 +1,14 @@
 // Issue 11 reproductions at the C++ level: page ownership and free_pages in validate(), the
-// documented limits, tree versions stamped into plans, headroom overflow, DeviceInfo checks and
-// flatten's bounded ranges (auto leaves flatten out when it would exceed them).
+// documented limits (kMaxPageSize at every entry point), tree versions stamped into plans,
+// headroom overflow, DeviceInfo checks and flatten's bounded ranges (auto leaves flatten out when
+// it would exceed them).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "test_tree_util.h"
+#include "treeattn/cpu/random_inputs.h"
 #include "treeattn/plan/layout.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/stats.h"
@@ -60,14 +62,53 @@ TEST(Reliability, LimitsAndVersions) {
   o.planner = "node";
   EXPECT_EQ(make_plan(t, o).tree_version, t.version);
   // a chain of 4096 nodes with 8193 queries on its leaf: path-depth sum 4096 x 8193 > 2^25
+  // (fork_query refuses it, so the queries are written directly)
   std::string levels = "N=1", tokens = "C=1";
   for (int i = 1; i < 4096; ++i) levels += ",1", tokens += ",1";
   PrefixTree chain = tree_from_levels(parse_levels(levels + " " + tokens));
-  chain.fork_query(0, 8193);
+  chain.query_node.assign(8193, chain.query_node[0]);
   expect_invalid([&] { make_plan(chain, o); }, {"tree", "kMaxPathDepthSum"});
   RandomTreeOptions r;
   r.max_nodes = std::numeric_limits<int32_t>::max();
   expect_invalid([&] { random_tree(0, r); }, {"max_nodes"});
+}
+
+TEST(Reliability, PageSizeBoundedEverywhere) {
+  // An 84-byte file with a huge page_size made `treeattn check` allocate gigabytes.
+  for (const char* big : {"4097", "1048576", "2147483647", "99999999999999999999"}) {
+    expect_invalid(
+        [&] {
+          tree_from_json(std::string(R"({"page_size": )") + big +
+                         R"(, "nodes": [{"id": 0, "tokens": 1}], "queries": [{"node": 0}]})");
+        },
+        {"page_size"});
+  }
+  expect_invalid(
+      [] {
+        tree_from_json(
+            R"({"page_size": 1048576, "nodes": [{"id": 0, "tokens": 1}], "queries": [{"node": 0}]})");
+      },
+      {"page_size", "kMaxPageSize=4096", "1048576"});
+  const std::string max = std::to_string(kMaxPageSize), over = std::to_string(kMaxPageSize + 1);
+  EXPECT_EQ(tree_from_json(R"({"page_size": )" + max +
+                           R"(, "nodes": [{"id": 0, "tokens": 1}], "queries": [{"node": 0}]})")
+                .page_size,
+            kMaxPageSize);
+  expect_invalid([&] { parse_levels("N=1 C=4 page=" + over); }, {"page", "kMaxPageSize"});
+  LevelSpec spec = parse_levels("N=1 C=4");
+  spec.page_size = kMaxPageSize + 1;
+  expect_invalid([&] { tree_from_levels(spec); }, {"page", "kMaxPageSize"});
+  expect_invalid([] { tree_from_block_tables({{0}}, {4}, kMaxPageSize + 1); },
+                 {"page_size", "kMaxPageSize"});
+  RandomTreeOptions r;
+  r.page_size = kMaxPageSize + 1;
+  expect_invalid([&] { random_tree(0, r); }, {"page_size", "kMaxPageSize"});
+  PrefixTree t = two_node_tree();
+  t.page_size = 2147483647;  // written directly: validate() and random_inputs() refuse it
+  expect_invalid([&] { validate(t); }, {"page_size", "kMaxPageSize"});
+  expect_invalid([&] { random_inputs(t, 8, 8, 128, false, 0); },
+                 {"tree.page_size", "kMaxPageSize"});
+  expect_invalid([&] { t.append_tokens(0, 1); }, {"page_size", "kMaxPageSize"});
 }
 
 TEST(Reliability, HeadroomAndDevice) {

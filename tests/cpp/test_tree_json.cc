@@ -1,8 +1,15 @@
 // JSON tree format: the issue's example, the example files in tests/data, exact round trips of
-// random trees, and reader errors (syntax, depth, integer ranges, paths naming the offender).
+// random trees, reader errors (syntax, depth, integer ranges, paths naming the offender), values
+// the reader skips (still checked), and its time and peak memory on large inputs.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <fstream>
+#include <functional>
 #include <string>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "test_tree_util.h"
 #include "treeattn/tree/builders.h"
@@ -115,7 +122,7 @@ TEST(TreeJson, DepthLimit) {
 
 TEST(TreeJson, IntegerRanges) {
   auto tree_with_tokens = [](const std::string& tok) {
-    return "{\"page_size\": 2147483647, \"nodes\": [{\"id\": 0, \"tokens\": " + tok +
+    return "{\"page_size\": 4096, \"nodes\": [{\"id\": 0, \"tokens\": " + tok +
            "}], \"queries\": [{\"node\": 0}]}";
   };
   EXPECT_EQ(tree_from_json(tree_with_tokens("2147483647")).nodes.at(0).tokens, 2147483647);
@@ -222,6 +229,97 @@ TEST(TreeJson, SemanticErrorsNameThePath) {
       {"nodes[0].page_offset"});
   expect_invalid([] { tree_from_json(R"({"heads": [32], "nodes": []})"); }, {"heads"});
   expect_invalid([] { tree_from_json(R"({"heads": [32, 5], "nodes": []})"); }, {"heads"});
+}
+
+TEST(TreeJson, SkippedValuesAreChecked) {
+  const std::string tail = R"("nodes": [{"id": 0, "tokens": 1}], "queries": [{"node": 0}]})";
+  const PrefixTree t = tree_from_json(
+      R"({"comment": [1, -2.5e3, {"a": [true, null, {"b": "x\u00e9"}]}, [], {}], "dtype": "fp16",
+          "name": {"a": 1, "b": {"a": 2}, "\u0062b": 3}, )" +
+      tail);
+  EXPECT_EQ(t.nodes.size(), 1u);
+  expect_invalid([&] { tree_from_json(R"({"comment": [1, 2,], )" + tail); },
+                 {"json", "unexpected character ']'", "comment[2]"});
+  expect_invalid([&] { tree_from_json(R"({"comment": {"a": 1, "b": 2, "a": 3}, )" + tail); },
+                 {"json", "duplicate key \"a\"", "line 1 column 30", "in comment)"});
+  // Keys are compared decoded, in nested skipped objects too.
+  expect_invalid([&] { tree_from_json(R"({"name": [{"k": {"ab": 1, "a\u0062": 2}}], )" + tail); },
+                 {"json", "duplicate key \"ab\"", "name[0].k"});
+  expect_invalid([&] { tree_from_json(R"({"comment": [01], )" + tail); },
+                 {"json", "expected ',' or ']'", "in comment)"});
+  expect_invalid([&] { tree_from_json(R"({"comment": "a)"); }, {"json", "unterminated"});
+  expect_invalid([&] { tree_from_json(std::string(R"({"comment": )") + std::string(70, '[')); },
+                 {"json", "nesting"});
+}
+
+std::string flat_object(int keys, const std::string& last_key) {
+  std::string s = "{";
+  for (int i = 0; i < keys; ++i)
+    s += "\"key" + std::to_string(i) + "\": " + std::to_string(i) + ", ";
+  return s + "\"" + last_key + "\": 0}";
+}
+
+TEST(TreeJson, FlatObjectOf80kKeysIsLinear) {
+  // The duplicate-key check compared every key with every earlier one: 80,000 keys (about 1 MB)
+  // took 33 s. Linear, it takes milliseconds; 2 s is a generous bound for a loaded machine.
+  const std::string tail = R"("nodes": [{"id": 0, "tokens": 1}], "queries": [{"node": 0}]})";
+  const std::string ok = "{\"comment\": " + flat_object(80000, "last") + ", " + tail;
+  const std::string dup = "{\"comment\": " + flat_object(80000, "key17") + ", " + tail;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(tree_from_json(ok).nodes.size(), 1u);
+  expect_invalid([&] { tree_from_json(dup); }, {"json", "duplicate key \"key17\"", "comment"});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 2.0);
+}
+
+// Growth of the peak resident memory (bytes) while `fn` runs: the kernel's high-water mark
+// VmHWM, reset through /proc/self/clear_refs (Linux 4.0+) after free heap memory is returned to
+// the system, so that the measure starts from what is in use. -1 where that is not available.
+int64_t peak_rss_growth(const std::function<void()>& fn) {
+  auto status_kb = [](const std::string& field) -> int64_t {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.compare(0, field.size(), field) == 0) return std::stoll(line.substr(field.size()));
+    return -1;
+  };
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+  {
+    std::ofstream reset("/proc/self/clear_refs");
+    reset << "5" << std::flush;
+    if (!reset) return -1;
+  }
+  const int64_t base = status_kb("VmHWM:"), rss = status_kb("VmRSS:");
+  if (base < 0 || rss < 0 || base > rss + 1024) return -1;  // the reset did not take
+  fn();
+  return (status_kb("VmHWM:") - base) * 1024;
+}
+
+TEST(TreeJson, MemoryWithinSixTimesTheText) {
+  // A 10 MB tree: an ignored array of 4M numbers, an ignored object of 20k keys, and 2000 nodes
+  // listing 200k pages. The reader kept a DOM of ~100-byte values (45x the text); its bound is
+  // 6 bytes per byte of text beyond the text itself (json.cc).
+  std::string text = R"({"comment": [)";
+  for (int i = 0; i < 4000000; ++i) text += i ? ",0" : "0";
+  text += "], \"name\": " + flat_object(20000, "last") + R"(, "page_size": 16, "nodes": [)";
+  int32_t page = 0;
+  for (int i = 0; i < 2000; ++i) {
+    text += (i ? ", " : "") + std::string(R"({"id": )") + std::to_string(i) +
+            (i ? ", \"parent\": " + std::to_string(i - 1) : "") + R"(, "tokens": 1600, "pages": [)";
+    for (int k = 0; k < 100; ++k) text += (k ? ", " : "") + std::to_string(page++);
+    text += "]}";
+  }
+  text += R"(], "queries": [{"node": 1999}]})";
+  ASSERT_GT(text.size(), size_t{8} << 20);
+  PrefixTree t;
+  const int64_t growth = peak_rss_growth([&] { t = tree_from_json(text); });
+  if (growth < 0) GTEST_SKIP() << "peak RSS cannot be reset on this system";
+  EXPECT_EQ(unique_tokens(t), 2000 * 1600);
+  EXPECT_LE(growth, 6 * static_cast<int64_t>(text.size()))
+      << "peak grew by " << growth << " bytes for " << text.size() << " bytes of text";
 }
 
 TEST(TreeJson, StringsWithEscapesAreAccepted) {

@@ -1,9 +1,13 @@
 // PrefixTree updates: unit cases for append (grow in place / copy-on-write fork), add, remove
-// (pruning, page return, index shift), fork, their errors, and random update sequences checked
-// against an independent model of every query's logical token sequence plus a rebuild from the
-// engine's block tables.
+// (pruning, page return, index shift), fork, their errors (the limits and pages are checked before
+// anything changes: a refused update leaves the tree as it was, version included), the checked
+// num_pages setter, the cost of many new pages, and random update sequences checked against an
+// independent model of every query's logical token sequence plus a rebuild from the engine's
+// block tables.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -99,6 +103,131 @@ TEST(TreeUpdates, Errors) {
   EXPECT_EQ(t.nodes[0].tokens, 20);
   EXPECT_EQ(t.free_pages.size(), 4u);
   EXPECT_EQ(t.num_queries(), 1);
+}
+
+// Runs `update` on `t`, which must throw std::invalid_argument naming every part and leave the
+// tree exactly as it was: nodes (dead slots included), queries, pool, num_pages and version.
+void expect_rejected_unchanged(PrefixTree& t, const std::function<void(PrefixTree&)>& update,
+                               std::initializer_list<std::string> parts) {
+  const PrefixTree before = t;
+  expect_invalid([&] { update(t); }, parts);
+  EXPECT_EQ(t.version, before.version);
+  EXPECT_EQ(t.num_pages, before.num_pages);
+  EXPECT_EQ(t.query_node, before.query_node);
+  EXPECT_EQ(t.free_pages, before.free_pages);
+  ASSERT_EQ(t.nodes.size(), before.nodes.size());
+  for (size_t i = 0; i < t.nodes.size(); ++i) {
+    EXPECT_EQ(t.nodes[i].alive, before.nodes[i].alive) << "node " << i;
+    EXPECT_EQ(t.nodes[i].tokens, before.nodes[i].tokens) << "node " << i;
+    EXPECT_EQ(t.nodes[i].pages, before.nodes[i].pages) << "node " << i;
+  }
+}
+
+// A chain of `n` one-token nodes with one query on its leaf (path length n).
+PrefixTree chain(int n) {
+  std::string levels = "N=1", tokens = "C=1";
+  for (int i = 1; i < n; ++i) levels += ",1", tokens += ",1";
+  return tree_from_levels(parse_levels(levels + " " + tokens));
+}
+
+TEST(TreeUpdates, PathDepthLimitCheckedBeforeForkAndAdd) {
+  PrefixTree t = chain(4096);
+  // 8192 queries of path length 4096 are exactly kMaxPathDepthSum = 2^25; one more is over.
+  ASSERT_EQ(int64_t{4096} * 8192, kMaxPathDepthSum);
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.fork_query(0, 8193); },
+                            {"n", "path-depth sum", "kMaxPathDepthSum"});
+  t.fork_query(0, 8192);
+  validate(t);
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.add_query(4095); },
+                            {"node", "kMaxPathDepthSum"});
+  // The root is one node deep, but the sum is already at the limit.
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.add_query(0); }, {"node", "kMaxPathDepthSum"});
+  // An append that forks a child lengthens a path by one node.
+  t.free_pages = {t.num_pages};
+  t.num_pages += 1;
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.append_tokens(3, 1); },
+                            {"q", "kMaxPathDepthSum"});
+  t.remove_query(0);
+  t.append_tokens(3, 1);  // room for one more node now
+  validate(t);
+}
+
+TEST(TreeUpdates, TokenLimitCheckedBeforeAppend) {
+  // Two roots of 2^30 and 2^30 - 100 tokens (page size 4096): 2^31 - 100 tokens in all.
+  PrefixTree t = tree_from_json(R"({"page_size": 4096, "num_pages": 524290,
+      "nodes": [{"id": 0, "tokens": 1073741824}, {"id": 1, "tokens": 1073741724}],
+      "queries": [{"node": 0}, {"node": 1}], "free_pages": [524288, 524289]})");
+  // Growing root 1 by 200 keeps it under 2^31 - 1 tokens but the tree over kMaxTreeTokens.
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.append_tokens(1, 200); },
+                            {"k", "kMaxTreeTokens"});
+  // The same through a fork (root 0 shared by two queries).
+  t.fork_query(0, 2);
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.append_tokens(2, 200); },
+                            {"k", "kMaxTreeTokens"});
+  t.append_tokens(1, 99);  // exactly at the limit
+  EXPECT_EQ(unique_tokens(t), kMaxTreeTokens);
+  validate(t);
+}
+
+TEST(TreeUpdates, NumPagesSetterAndShrunkenPool) {
+  PrefixTree t = one_query_tree();  // pages 0, 1 in use; pool 10..13; num_pages 14
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.set_num_pages(-5); }, {"num_pages", "-5"});
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.set_num_pages(1); },
+                            {"num_pages", "page id 1", "in use"});
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.set_num_pages(12); },
+                            {"num_pages", "page id 13", "free_pages"});
+  const uint64_t v = t.version;
+  t.set_num_pages(20);
+  EXPECT_EQ(t.num_pages, 20);
+  EXPECT_EQ(t.version, v + 1);
+  validate(t);
+  // num_pages written directly below the pool: the append refuses to hand out page 10.
+  t.num_pages = 10;
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.append_tokens(0, 13); },
+                            {"free_pages[3]", "page id 10", "num_pages=10"});
+  // Given pages are checked the same way, and a page in use is refused.
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.append_tokens(0, 13, {12}); },
+                            {"new_pages[0]", "out of range"});
+  t.num_pages = 20;
+  expect_rejected_unchanged(t, [](PrefixTree& x) { x.append_tokens(0, 13, {1}); },
+                            {"new_pages[0]", "in use"});
+  expect_rejected_unchanged(t,
+                            [](PrefixTree& x) {
+                              x.append_tokens(0, 60, {5, 6, 5});
+                            },
+                            {"new_pages[2]", "repeated"});
+}
+
+TEST(TreeUpdates, ManyNewPagesAreCheckedInLinearTime) {
+  // 200k tokens at page size 1 on fresh pages that the pool also lists: the repeat check, the
+  // in-use check and the removal from the pool used to compare every pair (tens of seconds).
+  constexpr int32_t kPages = 200000;
+  PrefixTree t = one_query_tree();
+  t.page_size = 1;
+  t.nodes[0].tokens = 2;
+  t.num_pages = kPages + 2;
+  t.free_pages.clear();
+  std::vector<int32_t> fresh(kPages);
+  for (int32_t i = 0; i < kPages; ++i) fresh[i] = kPages + 1 - i;  // 200001 .. 2
+  t.free_pages = fresh;
+  validate(t);
+  const auto t0 = std::chrono::steady_clock::now();
+  t.append_tokens(0, kPages, fresh);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 2.0);  // milliseconds when linear
+  EXPECT_EQ(t.nodes[0].tokens, kPages + 2);
+  EXPECT_TRUE(t.free_pages.empty());
+  validate(t);
+  // The repeat is found at its later position also among many pages.
+  fresh.back() = fresh.front();
+  PrefixTree u = one_query_tree();
+  u.page_size = 1;
+  u.nodes[0].tokens = 2;
+  u.num_pages = kPages + 2;
+  u.free_pages.clear();
+  expect_rejected_unchanged(u, [&](PrefixTree& x) { x.append_tokens(0, kPages, fresh); },
+                            {"new_pages[199999]", "repeated"});
 }
 
 // Model: per query, the logical ids of its tokens. Checks the tree against it.

@@ -1,11 +1,11 @@
 // libFuzzer target over the planners. The input bytes decode into a small tree (up to 24 nodes,
-// one to a few hundred tokens each with tile edges, several roots, queries on any node), a few
-// updates (append with copy-on-write forks, fork, remove), a model shape and a device; then every
-// planner (planner_names(), auto included) must return a plan that passes validate_plan and
-// check_coverage, lays out and packs with a fuzzed headroom, and has finite statistics; for one
-// planner per input the CPU executor must match the float64 oracle (compare_to_oracle, fp32). Only
-// std::invalid_argument from the tree updates is expected; any other exception, a crash or a
-// mismatch aborts.
+// one to a few hundred tokens each with tile edges, several roots, queries on any node; pages of
+// 1 to 32 tokens, now and then of kMaxPageSize), a few updates (append with copy-on-write forks,
+// fork, remove), a model shape and a device; then every planner (planner_names(), auto included)
+// must return a plan that passes validate_plan and check_coverage, lays out and packs with a
+// fuzzed headroom, and has finite statistics; for one planner per input the CPU executor must
+// match the float64 oracle (compare_to_oracle, fp32). Only std::invalid_argument from the tree
+// updates is expected; any other exception, a crash or a mismatch aborts.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -45,7 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace treeattn;
   Bytes in{data, size};
   PrefixTree tree;
-  tree.page_size = 1 + in.next() % 32;
+  const uint8_t page_byte = in.next();
+  tree.page_size = page_byte >= 250 ? kMaxPageSize : 1 + page_byte % 32;
   const int32_t n = 1 + in.next() % 24;
   const int32_t P = tree.page_size;
   // Parents precede children; node 0 is a root, later nodes are roots now and then.
@@ -131,6 +132,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int32_t q = 0; q < tree.num_queries(); ++q) work += query_context(tree, q);
     const int32_t group = opts.num_qo_heads / opts.num_kv_heads;
     if (work * group * opts.head_dim > 300000) continue;  // keeps each input well under a second
+    const int64_t kv = int64_t{tree.num_pages} * tree.page_size * opts.head_dim;
+    if (kv > (int64_t{1} << 22)) continue;  // the random K and V span every page
     Plan sub = plan;
     sub.shape.num_kv_heads = 1;
     sub.shape.num_qo_heads = group;

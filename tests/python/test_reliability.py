@@ -21,9 +21,12 @@ def chain_levels(n):
 
 def test_path_depth_sum_limit():
     t = treeattn.PrefixTree.from_levels(chain_levels(4096))
-    t.fork_query(0, 8193)
-    with pytest.raises(ValueError, match="kMaxPathDepthSum"):
-        treeattn.plan(t, 8, 2, 64)
+    v = t.version
+    with pytest.raises(ValueError, match="^n: .*kMaxPathDepthSum"):
+        t.fork_query(0, 8193)  # 8193 paths of 4096 nodes: the update refuses it
+    assert (t.num_queries, t.version) == (1, v)
+    t.fork_query(0, 8192)  # exactly the limit
+    treeattn.plan(t, 8, 2, 64)
 
 
 def test_queries_and_nodes_limits():
@@ -382,3 +385,40 @@ def test_torch_compile_inductor_cpu(rng):
 
     out = layer(tq, tk, tv)
     assert np.abs(out.numpy() / 2 - want).max() < 1e-4
+
+
+# ---- issue 20: page_size bounded everywhere, the checked num_pages setter, JSON reader cost
+
+
+def test_page_size_limit_everywhere(tmp_path):
+    with pytest.raises(ValueError, match="^page_size: .*kMaxPageSize=4096"):
+        treeattn.PrefixTree.from_block_tables([[0]], [4], page_size=4097)
+    with pytest.raises(ValueError, match="^page_size: .*kMaxPageSize"):
+        treeattn.PrefixTree.from_block_tables(np.array([[0]], np.int32), np.array([4]),
+                                              page_size=1 << 20)
+    with pytest.raises(ValueError, match="^page_size: .*kMaxPageSize"):
+        treeattn.PrefixTree.random(0, page_size=4097)
+    with pytest.raises(ValueError, match="^page: .*kMaxPageSize"):
+        treeattn.PrefixTree.from_levels("N=1 C=4 page=4097")
+    path = tmp_path / "t.json"
+    path.write_text('{"page_size": 1048576, "nodes": [{"id": 0, "tokens": 1}], '
+                    '"queries": [{"node": 0}]}')
+    with pytest.raises(ValueError, match=r"page_size: .*kMaxPageSize=4096\], got 1048576"):
+        treeattn.PrefixTree.from_json(str(path))
+    assert treeattn.PrefixTree.from_block_tables([[0]], [4], page_size=4096).page_size == 4096
+
+
+def test_num_pages_setter_is_a_checked_update():
+    t = treeattn.PrefixTree.from_levels("N=1,2 C=4,4")  # pages 0, 1, 2 in use
+    v, n = t.version, t.num_pages
+    for bad, what in ((-5, "-5"), (2, "page id 2")):
+        with pytest.raises(ValueError, match=f"^num_pages: .*{what}"):
+            t.num_pages = bad
+        assert (t.num_pages, t.version) == (n, v)
+    t.num_pages = n + 4
+    t.free_pages = [n + 3, n + 2]
+    assert (t.num_pages, t.version) == (n + 4, v + 1)
+    with pytest.raises(ValueError, match="^num_pages: .*free_pages"):
+        t.num_pages = n + 3  # below a pooled page
+    assert (t.num_pages, t.version) == (n + 4, v + 1)
+    t.validate()

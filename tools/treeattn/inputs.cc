@@ -26,7 +26,7 @@ Overrides read_overrides(const Args& a) {
   o.head_dim = static_cast<int32_t>(a.integer("head-dim", 0, 1, 1024));
   if (a.has("head-dim") && o.head_dim != 64 && o.head_dim != 128 && o.head_dim != 256)
     throw std::invalid_argument("--head-dim: must be 64, 128 or 256, got " + a.str("head-dim"));
-  o.page_size = static_cast<int32_t>(a.integer("page-size", 0, 1, 4096));
+  o.page_size = static_cast<int32_t>(a.integer("page-size", 0, 1, kMaxPageSize));
   return o;
 }
 

@@ -50,7 +50,8 @@ void to_block_tables(const PrefixTree& tree, std::vector<std::vector<int32_t>>* 
 ///        "nodes": [{"id": 0, "parent": null, "tokens": 4096, "pages": [...]?}, ...],
 ///        "queries": [{"node": 1}, ...]}
 /// Without "pages", pages are laid out contiguously in node order with page_offset = start % P.
-/// Errors name the JSON path (e.g. "nodes[3].parent").
+/// Errors name the JSON path (e.g. "nodes[3].parent"). page_size <= kMaxPageSize; the text is at
+/// most kMaxJsonFileBytes, read in linear time and memory (src/tree/json.cc states the bound).
 PrefixTree tree_from_json(const std::string& text);
 PrefixTree tree_from_json_file(const std::string& path);
 std::string tree_to_json(const PrefixTree& tree);

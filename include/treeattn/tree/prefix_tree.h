@@ -31,7 +31,14 @@ inline constexpr int64_t kMaxTreeQueries = int64_t{1} << 24;       ///< queries
 inline constexpr int64_t kMaxTreeTokens = (int64_t{1} << 31) - 1;  ///< tokens over live nodes
 inline constexpr int64_t kMaxTreePages = int64_t{1} << 26;      ///< page ids listed by live nodes
 inline constexpr int64_t kMaxPathDepthSum = int64_t{1} << 25;   ///< sum over queries of path nodes
-inline constexpr int64_t kMaxJsonFileBytes = int64_t{1} << 28;  ///< tree_from_json_file input
+inline constexpr int64_t kMaxJsonFileBytes = int64_t{1} << 28;  ///< tree_from_json(_file) input
+/// Tokens per page. KV caches, random inputs and page slots grow with it, so it is bounded like
+/// the counts above: every builder, the JSON reader, validate(), the CLI flag and the Python
+/// constructors check it with check_page_size().
+inline constexpr int32_t kMaxPageSize = 4096;
+
+/// Throws std::invalid_argument naming `arg` unless 1 <= page_size <= kMaxPageSize.
+void check_page_size(int64_t page_size, const std::string& arg);
 
 /// One node: a run of KV tokens continuing its parent's sequence (see file comment for pages).
 struct TreeNode {
@@ -67,9 +74,11 @@ struct PrefixTree {
 
   int32_t num_queries() const { return static_cast<int32_t>(query_node.size()); }
 
-  // ---- updates (src/tree/updates.cc); each keeps the tree valid and prunes what no query uses.
-  // Pages for new tokens come from `new_pages` when given, else from the free-page allocator
-  // (see PrefixTree::free_pages); running out throws std::invalid_argument naming "new_pages".
+  // ---- updates (src/tree/updates.cc); each keeps a valid tree valid and prunes what no query
+  // uses. Each checks everything (arguments and the limits above) before it changes anything:
+  // on error it throws std::invalid_argument naming the argument and leaves the tree unchanged,
+  // version included. Pages for new tokens come from `new_pages` when given, else from the
+  // free-page allocator (see PrefixTree::free_pages); running out throws naming "new_pages".
 
   /// Appends k >= 1 tokens to query q: its node grows when q is the only query below it and the
   /// node is a leaf, else q forks into a new child node holding the k tokens.
@@ -82,6 +91,10 @@ struct PrefixTree {
   /// Forks query q into n >= 1 queries on the same node (q plus n-1 new ones appended at the end);
   /// returns the index of the first new query.
   int32_t fork_query(int32_t q, int32_t n);
+  /// Sets num_pages to n >= 0, which must stay above every page id listed by a live node or in
+  /// free_pages (error naming "num_pages" otherwise). The field may also be written directly
+  /// while a tree is being built, then checked with validate().
+  void set_num_pages(int32_t n);
 
   /// Free-page pool used by the updates when no pages are passed. Builders that own their page
   /// layout (levels) fill it with every page id in [0, num_pages) they did not use.
@@ -89,9 +102,9 @@ struct PrefixTree {
 };
 
 /// Throws std::invalid_argument naming the offender on: empty tree (no live node or no query),
-/// page_size < 1, cycle, unknown parent, parent that is dead, duplicate id, tokens < 1,
-/// page_offset out of [0, P), page count not matching tokens, page id out of [0, num_pages),
-/// query on an unknown or dead node, a limit above exceeded, a (page, slot) holding two
+/// page_size out of [1, kMaxPageSize], cycle, unknown parent, parent that is dead, duplicate id,
+/// tokens < 1, page_offset out of [0, P), page count not matching tokens, page id out of [0,
+/// num_pages), query on an unknown or dead node, a limit above exceeded, a (page, slot) holding two
 /// different absolute positions (a page listed twice, a child reusing its parent's page at the
 /// same slots; nodes may share a page only where the same slots hold the same positions, as
 /// copy-on-write siblings do), and free_pages entries that are out of range, repeated or in use.
