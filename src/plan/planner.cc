@@ -56,6 +56,7 @@ Plan make_plan(const PrefixTree& tree, const PlanOptions& opts) {
   Plan plan = entry->fn != nullptr ? planners::run_planner(*entry, tree, index, opts)
                                    : planners::auto_plan(tree, index, opts);
   plan.planner = p;
+  if (entry->fn != nullptr) plan.chosen_planner = p;
   plan.tree_version = tree.version;
   TA_CHECK_INTERNAL(plan.shape.num_queries == tree.num_queries() &&
                         plan.shape.num_qo_heads == opts.num_qo_heads &&

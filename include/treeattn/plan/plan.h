@@ -74,6 +74,7 @@ struct Plan {
   int32_t version = kPlanVersion;
   uint64_t tree_version = 0;  ///< PrefixTree::version of the tree it was made from
   std::string planner;
+  std::string chosen_planner;  ///< the planner whose plan this is: `planner`, or auto's pick
   PlanShape shape;
   std::vector<WorkItem> items;  ///< sorted by tile class (then by decreasing cost)
   std::vector<PlanRow> rows;

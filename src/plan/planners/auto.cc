@@ -177,10 +177,13 @@ class AutoPlanner {
       PlanBuilder b(tree_, opts_, shape_, "auto");
       split_parts(cg, thresholds[best_], &parts);
       emit(cg, parts, &b);
-      return b.finish();
+      Plan plan = b.finish();
+      plan.chosen_planner = "auto";
+      return plan;
     }
     Plan plan = run_planner(*others[-best_ - 1], tree_, index_, opts_);
     plan.planner = "auto";
+    plan.chosen_planner = others[-best_ - 1]->name;
     return plan;
   }
 
