@@ -279,7 +279,7 @@ def test_kl_rows():
 # ---- CLI
 
 
-def test_bench_cli_cpu(tmp_path):
+def test_bench_cli_cpu(tmp_path, capsys):
     from treeattn.engine.cli import main
 
     js, png = tmp_path / "b.json", tmp_path / "b.png"
@@ -288,6 +288,12 @@ def test_bench_cli_cpu(tmp_path):
                "--json", str(js), "--png", str(png), "--no-progress"])
     assert rc == 0
     d = json.load(open(js))
+    # timings from a CPU say so: on stderr (before and after the table) and in the JSON
+    err = capsys.readouterr().err
+    assert d["timing_device"] == "cpu" and "not a GPU" in d["warning"]
+    assert err.count("WARNING: " + d["warning"]) == 2, err
+    main(["plot", str(js)])
+    assert "WARNING: " + d["warning"] in capsys.readouterr().err
     recs = {(r["workload"], r["backend"]): r for r in d["records"]}
     assert recs[("W6", "treeattn")]["decode_tok_s"] > 0
     assert recs[("W6", "none")]["plan_ms_per_step"] < 0.1
@@ -343,8 +349,10 @@ def test_bench_dry_run_full_size_host_side(tmp_path):
                "--set", "W1.n=16", "--set", "W1.prompt=1024", "--set", "W1.new=12",
                "--json", str(js), "--no-progress"])
     assert rc == 0
-    (rec,) = json.load(open(js))["records"]
+    d = json.load(open(js))
+    (rec,) = d["records"]
     assert rec["rows_mean"] == 16 and rec["plan_ms_per_step"] > 0
+    assert d["timing_device"] == "cpu" and "no model ran" in d["warning"]
 
 
 class _FakeFlashInferDecode:
@@ -399,6 +407,12 @@ def test_scheduler_request_too_large_for_the_cache(tiny):
 
     eng = Engine(tiny, "sdpa", page_size=4, num_pages=6)
     sched = Scheduler(eng)
-    sched.submit(Request(list(range(1, 40)), max_new=4))
+    with pytest.raises(ValueError, match="req: 39 prompt \\+ 4 new tokens need 12 KV pages"):
+        sched.submit(Request(list(range(1, 40)), max_new=4))
+    assert not sched.waiting
+    # one that fits the cache but not beside pages held outside the scheduler
+    held, _ = eng.prefill(list(range(1, 12)))
+    sched.submit(Request(list(range(1, 10)), max_new=4))
     with pytest.raises(MemoryError, match="KV cache"):
         sched.run()
+    eng.free(held)

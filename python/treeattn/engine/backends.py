@@ -325,6 +325,12 @@ def available(name: str, device: torch.device) -> Optional[str]:
 
 def make_backend(name: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype,
                  device) -> Backend:
+    """The backend `name`: one of BACKENDS, or 'treeattn-<planner>' for any treeattn planner."""
+    if not isinstance(name, str):
+        raise TypeError(f"backend: expected a backend name, got {type(name).__name__}")
+    if name.startswith("treeattn-") and name[len("treeattn-"):] not in treeattn.planners():
+        raise ValueError(f"backend: unknown {name!r}: treeattn planners are "
+                         f"{treeattn.planners()}")
     device = torch.device(device)
     args = (num_qo_heads, num_kv_heads, head_dim)
     kw = {"dtype": dtype, "device": device}
