@@ -79,8 +79,8 @@ VERIFY_TREE = False
 class TreeAttnBackend(Backend):
     """The tree comes from PrefixTree.from_block_tables, or, in steady state (the same rows as
     the previous step, one token each, no copy-on-write), from append_tokens on the previous
-    tree with the page the KV manager allocated: measured ~100x cheaper on the host for a
-    64-row, 4k-token batch (see cli.plan_cost_probe). When the next step is predictable (same
+    tree with the page the KV manager allocated: cheaper on the host than a rebuild
+    (cli.plan_cost_probe measures both; docs/engine.md has the figures). When the next step is predictable (same
     rows, no row opening a page) its tree and plan are made by prefetch() while the GPU runs
     this step, off the critical path."""
 

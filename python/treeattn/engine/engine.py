@@ -184,14 +184,17 @@ class Engine:
         if not rows:
             raise ValueError("rows: empty (a decode step needs at least one row)")
         V = self.config.vocab_size
+        for r in rows:  # the common case: (int, int) pairs in range, taken as they are
+            if type(r) is not tuple or len(r) != 2 or type(r[1]) is not int or not 0 <= r[1] < V:
+                break
+        else:
+            return rows
         out = []
         for i, r in enumerate(rows):
             if not isinstance(r, (tuple, list)) or len(r) != 2:
                 raise TypeError(f"rows[{i}]: expected a (sequence id, token) pair, got {r!r}")
             sid, tok = r
-            if type(tok) is not int or not 0 <= tok < V:
-                tok = int_arg(f"rows[{i}] token", tok, 0, V - 1)
-            out.append((sid, tok))
+            out.append((sid, int_arg(f"rows[{i}] token", tok, 0, V - 1)))
         return out
 
     # ---- decode

@@ -103,10 +103,12 @@ class KVCache:
 
     def _seq(self, sid, name: str = "sid") -> Seq:
         """The live sequence `sid` (ValueError naming `name` when there is none)."""
-        sid = int_arg(name, sid, 0, (1 << 63) - 1)
-        s = self.seqs.get(sid)
+        s = self.seqs.get(sid) if type(sid) is int else None  # the engine's hot path
         if s is None:
-            raise ValueError(f"{name}: no live sequence {sid} (never created, or freed)")
+            sid = int_arg(name, sid, 0, (1 << 63) - 1)
+            s = self.seqs.get(sid)
+            if s is None:
+                raise ValueError(f"{name}: no live sequence {sid} (never created, or freed)")
         return s
 
     @staticmethod
@@ -174,7 +176,10 @@ class KVCache:
         shared or hashed partial last page is copied on a sequence's first append of the step,
         and a page whose last holder copies away is released to the pool."""
         P = self.page_size
-        seqs = [self._seq(sid, f"{name}[{i}]") for i, sid in enumerate(sids)]
+        seqs = []
+        for i, sid in enumerate(sids):
+            s = self.seqs.get(sid) if type(sid) is int else None
+            seqs.append(s if s is not None else self._seq(sid, f"{name}[{i}]"))
         state: Dict[int, List[int]] = {}  # id(seq) -> [length, last page private]
         dref: Dict[int, int] = {}
         avail, need = self.num_free(), 0
