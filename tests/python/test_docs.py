@@ -1,5 +1,6 @@
 """The documented commands stay true: the fenced code blocks of README.md and docs/*.md that carry
-a doc-test marker run here, on the CPU, and must succeed.
+a doc-test marker run here, on the CPU (blocks marked gpu on a GPU, where there is one), and must
+succeed.
 
 Marker: an HTML comment on the last non-blank line before the fence (invisible when rendered):
 
@@ -11,14 +12,15 @@ Marker: an HTML comment on the last non-blank line before the fence (invisible w
     <!-- doc-test: gpu ... -->        needs a CUDA GPU: skipped, with that reason, without one
     <!-- doc-test: skip REASON -->    not run; the reason shows in pytest's skip list
 
-python blocks run in a fresh interpreter (this one's executable) after their setup; bash blocks
-run command by command (continuation lines joined) with `bash -e -o pipefail`, in one scratch
-folder per block that links the repository's tests/, data/, docs/, bench/, tools/ and python/
-and holds build/treeattn (the CLI this checkout built: $TREEATTN_CLI, build/treeattn or
+python blocks run in a fresh interpreter (this one's executable) after their setup. bash blocks
+run command by command (continuation lines joined) with `bash -e -o pipefail` and no CUDA device
+visible (CPU paths and sizes, as in CI, on any machine), in one scratch folder per block that
+links the repository's tests/, data/, docs/, bench/, tools/ and python/ and holds
+build/treeattn (the CLI this checkout built: $TREEATTN_CLI, build/treeattn or
 build-cpu/treeattn), with this interpreter's bin folder first on PATH (python3,
-treeattn-engine). In a bash block a command whose comment starts with "# GPU" is a GPU command
-and is skipped (they take minutes). Blocks without a marker are listed as skipped ("no doc-test
-marker"), so what is not checked stays visible."""
+treeattn-engine); a command whose comment starts with "# GPU" is a GPU command and is skipped
+(they take minutes). Blocks without a marker are listed as skipped ("no doc-test marker"), so
+what is not checked stays visible."""
 
 from __future__ import annotations
 
@@ -180,15 +182,19 @@ def cli_path() -> Optional[Path]:
     return None
 
 
-def env() -> dict:
+def env(gpu: bool = True) -> dict:
+    """This interpreter's bin folder first on PATH; without `gpu`, no CUDA device visible (the
+    documented commands then take their CPU paths and sizes, as in CI, also on a GPU machine)."""
     e = dict(os.environ)
     e["PATH"] = os.path.dirname(sys.executable) + os.pathsep + e.get("PATH", "")
     e.setdefault("OMP_NUM_THREADS", "2")
+    if not gpu:
+        e["CUDA_VISIBLE_DEVICES"] = ""
     return e
 
 
-def run(args, cwd: Path, what: str) -> None:
-    r = subprocess.run(args, cwd=cwd, env=env(), capture_output=True, text=True, timeout=600)
+def run(args, cwd: Path, what: str, gpu: bool = True) -> None:
+    r = subprocess.run(args, cwd=cwd, env=env(gpu), capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         pytest.fail(f"{what} failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n"
                     f"{r.stderr[-3000:]}", pytrace=False)
@@ -215,7 +221,7 @@ def test_documented_block(block: Block, cmd: Optional[str], tmp_path_factory):
     tool = cmd.split()[0]
     if "/" not in tool and shutil.which(tool, path=env()["PATH"]) is None:
         pytest.skip(f"{tool} is not installed here")
-    run(["bash", "-e", "-o", "pipefail", "-c", cmd], cwd, f"`{cmd}` ({block.where})")
+    run(["bash", "-e", "-o", "pipefail", "-c", cmd], cwd, f"`{cmd}` ({block.where})", gpu=False)
 
 
 def test_markers_parse():
