@@ -323,14 +323,21 @@ def available(name: str, device: torch.device) -> Optional[str]:
     return None
 
 
-def make_backend(name: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype,
-                 device) -> Backend:
-    """The backend `name`: one of BACKENDS, or 'treeattn-<planner>' for any treeattn planner."""
+def check_name(name: str) -> str:
+    """A backend name: one of BACKENDS, or 'treeattn-<planner>' for any treeattn planner."""
     if not isinstance(name, str):
         raise TypeError(f"backend: expected a backend name, got {type(name).__name__}")
-    if name.startswith("treeattn-") and name[len("treeattn-"):] not in treeattn.planners():
-        raise ValueError(f"backend: unknown {name!r}: treeattn planners are "
-                         f"{treeattn.planners()}")
+    if name not in BACKENDS and not (name.startswith("treeattn-")
+                                     and name[len("treeattn-"):] in treeattn.planners()):
+        raise ValueError(f"backend: unknown {name!r}, expected one of {BACKENDS} or "
+                         f"treeattn-<planner> (planners: {treeattn.planners()})")
+    return name
+
+
+def make_backend(name: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype,
+                 device) -> Backend:
+    """The backend `name` (see check_name)."""
+    check_name(name)
     device = torch.device(device)
     args = (num_qo_heads, num_kv_heads, head_dim)
     kw = {"dtype": dtype, "device": device}
@@ -342,6 +349,4 @@ def make_backend(name: str, num_qo_heads: int, num_kv_heads: int, head_dim: int,
         return SdpaBackend(*args, **kw)
     if name == "flashinfer":
         return FlashInferBackend(*args, **kw)
-    if name == "none":
-        return NoAttnBackend(*args, **kw)
-    raise ValueError(f"backend: unknown {name!r}, expected one of {BACKENDS}")
+    return NoAttnBackend(*args, **kw)

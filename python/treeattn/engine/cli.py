@@ -74,35 +74,30 @@ def _real_flag(hi: float = math.inf):
 
 
 def _size(workload: str, key: str, text: str):
-    """One workload size from text: its key must be one of the workload's, its value strict."""
-    from .workloads import PARAMS, WORKLOADS
+    """One workload size from text, parsed strictly, checked by workloads.check_size."""
+    from .workloads import check_size
 
-    if workload not in PARAMS:
-        raise argparse.ArgumentTypeError(f"unknown workload {workload!r}, expected one of "
-                                         f"{WORKLOADS}")
-    if key not in PARAMS[workload]:
-        raise argparse.ArgumentTypeError(f"{workload} has no size {key!r} (its sizes: "
-                                         f"{sorted(PARAMS[workload])})")
     try:
-        v = (_real_flag() if key == "rate" else _int_flag(PARAMS[workload][key], 1 << 30))(text)
-    except argparse.ArgumentTypeError as e:
-        raise argparse.ArgumentTypeError(f"{workload}.{key}: {e}") from None
-    if key == "rate" and v == 0:
-        raise argparse.ArgumentTypeError(f"{workload}.rate: must be > 0, got {text!r}")
-    return v
+        v = (_real_flag() if key == "rate" else _int_flag(0, 1 << 62))(text)
+        return check_size(workload, key, v, label=f"{workload}.{key}")
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+        msg = str(e)
+        raise argparse.ArgumentTypeError(msg if msg.startswith(workload) or msg.startswith(
+            "name:") else f"{workload}.{key}: {msg}") from None
 
 
 def _workloads_flag(text: str) -> List[Tuple[str, str, dict]]:
     """'W0,W1' or 'W1@n=16,prompt=1024;W0' -> [(spec, workload, sizes)]."""
-    from .workloads import PARAMS, WORKLOADS
+    from .workloads import check_name
 
     specs = text.split(";") if ";" in text or "@" in text else text.split(",")
     out = []
     for spec in specs:
         wl, at, variant = spec.partition("@")
-        if wl not in PARAMS:
-            raise argparse.ArgumentTypeError(f"unknown workload {wl!r}, expected one of "
-                                             f"{WORKLOADS}")
+        try:
+            check_name(wl)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
         sizes = {}
         for item in variant.split(",") if at else []:
             key, eq, value = item.partition("=")
@@ -125,17 +120,12 @@ def _set_flag(text: str) -> Tuple[str, str, object]:
 
 
 def _backends_flag(text: str) -> List[str]:
-    import treeattn
+    from .backends import check_name
 
-    from .backends import BACKENDS
-
-    out = text.split(",")
-    for b in out:
-        if b not in BACKENDS and not (b.startswith("treeattn-")
-                                      and b[len("treeattn-"):] in treeattn.planners()):
-            raise argparse.ArgumentTypeError(f"unknown backend {b!r}, expected {BACKENDS} or "
-                                             f"treeattn-<planner>")
-    return out
+    try:
+        return [check_name(b) for b in text.split(",")]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _model_flag(text: str) -> str:

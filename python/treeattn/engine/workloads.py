@@ -58,26 +58,37 @@ PARAMS: Dict[str, Dict[str, int]] = {w: {k: _MIN_SIZE.get(k, 1) for k in PRESETS
 _MAX_SIZE = 1 << 30
 
 
-def check_params(name: str, p: dict) -> dict:
-    """The workload name and its sizes checked: exactly the keys of PARAMS[name], integers at
-    or above their minimum (W5's rate a finite number > 0). Returns a normalised copy."""
+def check_name(name: str) -> str:
     if not isinstance(name, str) or name not in PARAMS:
         raise ValueError(f"name: unknown workload {name!r}, expected one of {WORKLOADS}")
+    return name
+
+
+def check_size(name: str, key: str, value, label: Optional[str] = None):
+    """One size of workload `name`: a key of PARAMS[name] and a value at or above its minimum
+    (an int; W5's rate a finite number > 0). Errors start with `label` (default params['key'])."""
+    spec = PARAMS[check_name(name)]
+    label = label or f"params['{key}']"
+    if key not in spec:
+        raise ValueError(f"{label}: {name} has no size {key!r} (its sizes: {sorted(spec)})")
+    if key == "rate":
+        return real_arg(label, value, 0.0, lo_open=True)
+    return int_arg(label, value, spec[key], _MAX_SIZE)
+
+
+def check_params(name: str, p: dict) -> dict:
+    """The workload name and its sizes checked: exactly the keys of PARAMS[name], each as
+    check_size says. Returns a normalised copy."""
+    spec = PARAMS[check_name(name)]
     if not isinstance(p, dict):
         raise TypeError(f"params: expected a dict of sizes, got {type(p).__name__}")
-    spec = PARAMS[name]
     for k in p:
         if k not in spec:
             raise ValueError(f"params: {name} has no size {k!r} (its sizes: {sorted(spec)})")
-    out = {}
-    for k, lo in spec.items():
+    for k in spec:
         if k not in p:
             raise ValueError(f"params: {name} needs {k!r} (its sizes: {sorted(spec)})")
-        if k == "rate":
-            out[k] = real_arg(f"params['{k}']", p[k], 0.0, lo_open=True)
-        else:
-            out[k] = int_arg(f"params['{k}']", p[k], lo, _MAX_SIZE)
-    return out
+    return {k: check_size(name, k, p[k]) for k in spec}
 
 
 def max_tokens(name: str, p: dict) -> int:
