@@ -72,6 +72,38 @@ def test_kv_prefix_sharing_fork_cow_free():
     kv.check()
 
 
+def test_kv_copy_source_not_reused_in_the_same_step(tiny):
+    """A page whose last holder copies it away (copy-on-write of a hashed partial page, after a
+    truncation) stays out of the pool until the step's copies ran: another row of the same step
+    must not be handed it, or its new K/V overwrite what the copy reads. With one page free such
+    a step needs two and is refused, nothing changed; with two it matches an engine with room."""
+
+    def setup(num_pages, free_left):
+        eng = Engine(tiny, "sdpa", page_size=4, num_pages=num_pages)
+        a, _ = eng.prefill([5, 6, 7, 8, 9, 10, 11, 12])  # two full pages, both hashed
+        eng.truncate(a, 6)  # a's last page: hashed, partial, a its only holder
+        b, _ = eng.prefill([20, 21, 22, 23])  # b's next token opens a page
+        while eng.cache.num_free() > free_left:
+            eng.prefill([30 + eng.cache._next_id, 1, 2, 3])
+        return eng, a, b
+
+    ref, a, b = setup(64, 40)
+    want = ref.decode([(a, 13), (b, 24)])
+    eng, a, b = setup(9, 1)
+    source = eng.cache.block_table(a)[-1]
+    with pytest.raises(MemoryError, match="rows"):
+        eng.decode([(a, 13), (b, 24)])
+    assert eng.length(a) == 6 and eng.length(b) == 4
+    eng.cache.check()
+    eng, a, b = setup(10, 2)
+    source = eng.cache.block_table(a)[-1]
+    got = eng.decode([(a, 13), (b, 24)])
+    assert source not in eng.cache.block_table(b)
+    assert torch.allclose(got, want, rtol=0, atol=1e-5), (got - want).abs().max()
+    eng.cache.check()
+    assert source in eng.cache.cached  # back in the pool once the copies ran
+
+
 def test_kv_cow_chain_resolved_to_original_source():
     kv = KVCache(1, 32, 4, 1, 2, allocate=False)
     a, _ = kv.new_seq([1, 2, 3, 4, 5, 6])

@@ -8,6 +8,8 @@ rows of a CUDA-graph batch write and read there.
 Copy-on-write is deferred: :meth:`append` records (src slot, dst slot) pairs for the filled
 slots of a shared page and the engine applies them inside the forward, per layer, right after the
 step's new K/V are written (so a token written this step into the source page is copied too).
+A source page whose last holder copied away stays out of the pool until :meth:`take_copies`, so
+no other row of the same step is handed it (its new K/V would overwrite what the copy reads).
 
 A full page is immutable once registered in the hash table; it is shared by every sequence
 whose prompt has the same tokens up to the end of that page. Pages whose refcount drops to zero
@@ -59,6 +61,7 @@ class KVCache:
         self.hash_page: Dict[int, int] = {}  # block hash -> page
         self.seqs: Dict[int, Seq] = {}
         self.pending_copies: List[Tuple[int, int]] = []  # (src slot, dst slot)
+        self.held: List[int] = []  # copy sources left by their last holder, this step
         self._copied_from: Dict[int, int] = {}  # dst slot -> src slot, this step
         self.truncated = False  # since the last take_copies()
         self._next_id = 0
@@ -80,17 +83,28 @@ class KVCache:
 
     def _incref(self, p: int) -> None:
         if self.ref[p] == 0:
-            self.cached.pop(p)
+            if p in self.cached:
+                self.cached.pop(p)
+            else:
+                self.held.remove(p)
         self.ref[p] += 1
 
-    def _decref(self, p: int) -> None:
+    def _release(self, p: int) -> None:
+        """A page nobody holds back into the pool: cached while it carries a hash, else free."""
+        if p in self.page_hash:
+            self.cached[p] = None
+        else:
+            self.free.append(p)
+
+    def _decref(self, p: int, hold: bool = False) -> None:
+        """hold: a copy-on-write source, kept out of the pool until take_copies()."""
         self.ref[p] -= 1
         assert self.ref[p] >= 0, f"page {p} refcount below zero"
         if self.ref[p] == 0:
-            if p in self.page_hash:
-                self.cached[p] = None
+            if hold:
+                self.held.append(p)
             else:
-                self.free.append(p)
+                self._release(p)
 
     @property
     def pages_in_use(self) -> int:
@@ -174,7 +188,8 @@ class KVCache:
         repeat) takes, checked against the free pages: MemoryError when they do not suffice,
         before anything changes. Follows append() exactly: a page opens at a page boundary, a
         shared or hashed partial last page is copied on a sequence's first append of the step,
-        and a page whose last holder copies away is released to the pool."""
+        and a page whose last holder copies away stays out of the pool for the rest of the
+        step."""
         P = self.page_size
         seqs = []
         for i, sid in enumerate(sids):
@@ -198,8 +213,6 @@ class KVCache:
                             f"{self.num_free()} free ones (finish or free sequences first)")
                     if off:  # copy-on-write: the shared page loses a holder
                         dref[last] = dref.get(last, 0) - 1
-                        if r == 1:
-                            avail += 1
             st[0] += 1
             st[1] = 1
         return need
@@ -225,7 +238,7 @@ class KVCache:
                     src = self._copied_from.get(last * P + j, last * P + j)
                     self._copied_from[new * P + j] = src
                     self.pending_copies.append((src, new * P + j))
-                self._decref(last)
+                self._decref(last, hold=True)
                 s.pages[-1] = new
                 self.stats["cow_pages"] += 1
         s.tokens.append(int(token))
@@ -274,6 +287,11 @@ class KVCache:
             self._decref(p)
 
     def take_copies(self) -> List[Tuple[int, int]]:
+        """The step's deferred copies (the caller runs them); copy sources nobody holds return to
+        the pool."""
+        for p in self.held:
+            self._release(p)
+        self.held = []
         c, self.pending_copies = self.pending_copies, []
         self._copied_from = {}
         self.truncated = False
@@ -301,9 +319,9 @@ class KVCache:
     # ---- invariants (tests)
 
     def check(self) -> None:
-        """Refcount of every page == number of sequences holding it; free, cached and used
-        pages are disjoint and cover every page but the scratch page; hashes are consistent;
-        no sequence holds a page twice."""
+        """Refcount of every page == number of sequences holding it; free, cached, held and
+        used pages are disjoint and cover every page but the scratch page; hashes are
+        consistent; no sequence holds a page twice."""
         count = [0] * self.num_pages
         for sid, s in self.seqs.items():
             assert len(set(s.pages)) == len(s.pages), f"seq {sid} holds a page twice"
@@ -314,6 +332,9 @@ class KVCache:
         free, cached = set(self.free), set(self.cached)
         used = {p for p in range(self.num_pages) if self.ref[p] > 0}
         assert len(free) == len(self.free), "a page is twice on the free list"
+        assert len(set(self.held)) == len(self.held), "a page is held twice"
+        assert not set(self.held) & (free | cached | used), "a held page is elsewhere too"
+        free |= set(self.held)  # held until take_copies(): out of the pool, but not leaked
         assert not (free & cached) and not (free & used) and not (cached & used)
         assert free | cached | used == set(range(1, self.num_pages)), "a page leaked"
         assert 0 not in used | free | cached
