@@ -122,6 +122,52 @@ grep -q '"key": "pat:0"' "$TMP/workloads.json" || { echo "FAIL: workloads --json
 bad "--tolerance" "$CLI" check --levels 'N=1,4 C=100,20' --planner node --tolerance nan
 bad "unknown command" "$CLI" frobnicate
 
+# ---- issue 20: strict numbers, outputs never overwrite inputs, the chosen planner, labels
+L='N=1,4 C=100,20'
+for v in ' -1' '-1' '+1' '1x' '0x10' '18446744073709551616' ' 3' '3 ' ''; do
+  bad "--seed" "$CLI" check --levels "$L" --planner node --seed="$v"
+done
+ok "seed 2^64-1" "$CLI" check --levels "$L" --planner node --seed 18446744073709551615
+for v in ' 4' '4 ' '+4' '4.0' '1e2' '0x4' '99999999999999999999'; do
+  bad "--sample-queries" "$CLI" check --levels "$L" --planner node --sample-queries="$v"
+done
+bad "--page-size" "$CLI" plan --levels "$L" --page-size ' 16'
+bad "--head-dim" "$CLI" plan --levels "$L" --head-dim '+64'
+bad "--heads" "$CLI" plan --levels "$L" --heads ' 8/2'
+bad "--heads" "$CLI" plan --levels "$L" --heads '8/+2'
+bad "--tolerance" "$CLI" check --levels "$L" --planner node --tolerance ' 1e-3'
+bad "--tolerance" "$CLI" check --levels "$L" --planner node --tolerance '+1e-3'
+# an output that is the same file as an input (any spelling, symlink, hard link) is refused and
+# the input stays as it was; an output elsewhere is still written
+cp "$TMP/tree.json" "$TMP/in.json"
+cp "$TMP/in.json" "$TMP/in.orig"
+ln -s "$TMP/in.json" "$TMP/in.link"
+ln "$TMP/in.json" "$TMP/in.hard"
+mkdir -p "$TMP/sub"
+for cmd in plan check; do
+  bad "--json: .* same file as the input --tree" "$CLI" $cmd --tree "$TMP/in.json" --planner node --json "$TMP/in.json"
+  bad "--json: .* same file as the input --tree" "$CLI" $cmd --tree "$TMP/in.json" --planner node --json="$TMP/sub/../in.json"
+  bad "--json: .* same file as the input --tree" "$CLI" $cmd --tree "$TMP/in.link" --planner node --json "$TMP/in.hard"
+  bad "--json: .* same file as the input --tree" "$CLI" $cmd --json "$TMP/in.link" --tree "$TMP/in.json" --planner node
+done
+cmp -s "$TMP/in.json" "$TMP/in.orig" || { echo "FAIL: an input was overwritten"; failures=$((failures + 1)); }
+ok "plan --json next to its input" "$CLI" plan --tree "$TMP/in.json" --planner node --json "$TMP/in.out.json"
+grep -q '"planner": "node"' "$TMP/in.out.json" || { echo "FAIL: plan --json beside the input"; failures=$((failures + 1)); }
+ok "workloads --json over an existing file" "$CLI" workloads --set pat --json "$TMP/in.out.json"
+grep -q '"key": "pat:0"' "$TMP/in.out.json" || { echo "FAIL: workloads --json overwrite"; failures=$((failures + 1)); }
+# chosen: the planner whose plan each row is (auto's pick; the others their own name)
+ok "plan chosen" "$CLI" plan --workload fasttree:10 --planner all --json "$TMP/chosen.json"
+grep -q '^auto  *flatten ' "$TMP/out" || { echo "FAIL: plan table lacks auto's pick"; cat "$TMP/out"; failures=$((failures + 1)); }
+grep -q '^query  *query ' "$TMP/out" || { echo "FAIL: plan table chosen column"; failures=$((failures + 1)); }
+grep -q '"planner": "auto", "chosen": "flatten"' "$TMP/chosen.json" &&
+  grep -q '"planner": "pat", "chosen": "pat"' "$TMP/chosen.json" ||
+  { echo "FAIL: plan --json chosen"; cat "$TMP/chosen.json"; failures=$((failures + 1)); }
+ok "plan auto own" "$CLI" plan --workload fasttree:5 --planner auto
+grep -q '^auto  *auto ' "$TMP/out" || { echo "FAIL: auto's own plan not 'auto'"; failures=$((failures + 1)); }
+# the device is the cost-model preset, and est us is explained
+grep -q 'cost-model preset h200' "$TMP/out" && grep -q "^est us: the cost model's estimated" "$TMP/out" ||
+  { echo "FAIL: plan output does not explain the preset and est us"; cat "$TMP/out"; failures=$((failures + 1)); }
+
 if [ "$failures" -ne 0 ]; then
   echo "cli_smoke: $failures failure(s)"
   exit 1

@@ -16,16 +16,42 @@ benchmark file (items and KV bytes read); plans that differ (e.g. auto under a c
 skipped.
 
 Usage: python3 tools/calibrate_cost_model.py bench/results/h100-2026-11-22.json \
-           [--base h100] [--iters 400] [--auto-device h100]
-Needs the treeattn package (pip install ., CPU-only is enough).
+           [--base h100] [--iters 600] [--auto-device h100] [--skip-fit]
+Needs the treeattn package (pip install ., CPU-only is enough). Run by an interpreter without it,
+the script runs itself again with the repository's .venv/bin/python (where tools/setup.sh and
+tools/test.sh install it) when that has it, and otherwise says how to get it.
 """
 import argparse
 import json
 import math
+import os
 import sys
 from collections import defaultdict
 
-import treeattn
+
+def _import_treeattn():
+    """The installed treeattn package. `python3 tools/<script>` puts tools/ first on sys.path,
+    where tools/treeattn/ (the CLI's C++ sources) would be imported as an empty namespace package
+    named treeattn: that folder is taken off the path first."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    try:
+        import treeattn
+        if hasattr(treeattn, "plan"):
+            return treeattn
+    except ImportError:
+        pass
+    venv_dir = os.path.join(os.path.dirname(here), ".venv")
+    venv = os.path.join(venv_dir, "bin", "python")
+    if os.path.exists(venv) and os.path.realpath(sys.prefix) != os.path.realpath(venv_dir):
+        # (once: run by .venv's python, sys.prefix is .venv)
+        os.execv(venv, [venv, os.path.abspath(__file__)] + sys.argv[1:])
+    sys.exit(f"calibrate_cost_model: the treeattn Python package is not installed for "
+             f"{sys.executable}: pip install . (CPU-only is enough), or run bash tools/setup.sh "
+             f"and bash tools/test.sh, which install it into .venv")
+
+
+treeattn = _import_treeattn()
 
 # Free parameters: name -> (start, lower, upper). ctas_per_sm / wide_ctas_per_sm /
 # m128_ctas_per_sm are integers, set from the kernels' occupancy (include/treeattn/plan/

@@ -72,6 +72,38 @@ def test_kv_prefix_sharing_fork_cow_free():
     kv.check()
 
 
+def test_kv_copy_source_not_reused_in_the_same_step(tiny):
+    """A page whose last holder copies it away (copy-on-write of a hashed partial page, after a
+    truncation) stays out of the pool until the step's copies ran: another row of the same step
+    must not be handed it, or its new K/V overwrite what the copy reads. With one page free such
+    a step needs two and is refused, nothing changed; with two it matches an engine with room."""
+
+    def setup(num_pages, free_left):
+        eng = Engine(tiny, "sdpa", page_size=4, num_pages=num_pages)
+        a, _ = eng.prefill([5, 6, 7, 8, 9, 10, 11, 12])  # two full pages, both hashed
+        eng.truncate(a, 6)  # a's last page: hashed, partial, a its only holder
+        b, _ = eng.prefill([20, 21, 22, 23])  # b's next token opens a page
+        while eng.cache.num_free() > free_left:
+            eng.prefill([30 + eng.cache._next_id, 1, 2, 3])
+        return eng, a, b
+
+    ref, a, b = setup(64, 40)
+    want = ref.decode([(a, 13), (b, 24)])
+    eng, a, b = setup(9, 1)
+    source = eng.cache.block_table(a)[-1]
+    with pytest.raises(MemoryError, match="rows"):
+        eng.decode([(a, 13), (b, 24)])
+    assert eng.length(a) == 6 and eng.length(b) == 4
+    eng.cache.check()
+    eng, a, b = setup(10, 2)
+    source = eng.cache.block_table(a)[-1]
+    got = eng.decode([(a, 13), (b, 24)])
+    assert source not in eng.cache.block_table(b)
+    assert torch.allclose(got, want, rtol=0, atol=1e-5), (got - want).abs().max()
+    eng.cache.check()
+    assert source in eng.cache.cached  # back in the pool once the copies ran
+
+
 def test_kv_cow_chain_resolved_to_original_source():
     kv = KVCache(1, 32, 4, 1, 2, allocate=False)
     a, _ = kv.new_seq([1, 2, 3, 4, 5, 6])
@@ -279,7 +311,7 @@ def test_kl_rows():
 # ---- CLI
 
 
-def test_bench_cli_cpu(tmp_path):
+def test_bench_cli_cpu(tmp_path, capsys):
     from treeattn.engine.cli import main
 
     js, png = tmp_path / "b.json", tmp_path / "b.png"
@@ -288,6 +320,12 @@ def test_bench_cli_cpu(tmp_path):
                "--json", str(js), "--png", str(png), "--no-progress"])
     assert rc == 0
     d = json.load(open(js))
+    # timings from a CPU say so: on stderr (before and after the table) and in the JSON
+    err = capsys.readouterr().err
+    assert d["timing_device"] == "cpu" and "not a GPU" in d["warning"]
+    assert err.count("WARNING: " + d["warning"]) == 2, err
+    main(["plot", str(js)])
+    assert "WARNING: " + d["warning"] in capsys.readouterr().err
     recs = {(r["workload"], r["backend"]): r for r in d["records"]}
     assert recs[("W6", "treeattn")]["decode_tok_s"] > 0
     assert recs[("W6", "none")]["plan_ms_per_step"] < 0.1
@@ -343,8 +381,10 @@ def test_bench_dry_run_full_size_host_side(tmp_path):
                "--set", "W1.n=16", "--set", "W1.prompt=1024", "--set", "W1.new=12",
                "--json", str(js), "--no-progress"])
     assert rc == 0
-    (rec,) = json.load(open(js))["records"]
+    d = json.load(open(js))
+    (rec,) = d["records"]
     assert rec["rows_mean"] == 16 and rec["plan_ms_per_step"] > 0
+    assert d["timing_device"] == "cpu" and "no model ran" in d["warning"]
 
 
 class _FakeFlashInferDecode:
@@ -399,6 +439,12 @@ def test_scheduler_request_too_large_for_the_cache(tiny):
 
     eng = Engine(tiny, "sdpa", page_size=4, num_pages=6)
     sched = Scheduler(eng)
-    sched.submit(Request(list(range(1, 40)), max_new=4))
+    with pytest.raises(ValueError, match="req: 39 prompt \\+ 4 new tokens need 12 KV pages"):
+        sched.submit(Request(list(range(1, 40)), max_new=4))
+    assert not sched.waiting
+    # one that fits the cache but not beside pages held outside the scheduler
+    held, _ = eng.prefill(list(range(1, 12)))
+    sched.submit(Request(list(range(1, 10)), max_new=4))
     with pytest.raises(MemoryError, match="KV cache"):
         sched.run()
+    eng.free(held)

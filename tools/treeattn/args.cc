@@ -1,9 +1,13 @@
 // Implementation of the shared CLI argument parser (args.h).
 #include "args.h"
 
+#include <sys/stat.h>
+
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -14,17 +18,36 @@ namespace {
   throw std::invalid_argument("--" + flag + ": " + msg);
 }
 
-bool parse_i64(const std::string& s, int64_t* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || end == s.c_str() || *end != '\0') return false;
+/// Digits only, at least one, accumulated without overflow of uint64.
+bool parse_digits(const std::string& s, size_t begin, uint64_t* out) {
+  if (begin >= s.size()) return false;
+  uint64_t v = 0;
+  for (size_t i = begin; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c < '0' || c > '9') return false;
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (std::numeric_limits<uint64_t>::max() - d) / 10) return false;
+    v = v * 10 + d;
+  }
   *out = v;
   return true;
 }
 
 }  // namespace
+
+bool parse_uint64(const std::string& s, uint64_t* out) { return parse_digits(s, 0, out); }
+
+bool parse_int64(const std::string& s, int64_t* out) {
+  const bool negative = !s.empty() && s[0] == '-';
+  uint64_t mag = 0;
+  if (!parse_digits(s, negative ? 1 : 0, &mag)) return false;
+  const uint64_t max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (mag > max + (negative ? 1 : 0)) return false;
+  *out = negative
+             ? (mag == max + 1 ? std::numeric_limits<int64_t>::min() : -static_cast<int64_t>(mag))
+             : static_cast<int64_t>(mag);
+  return true;
+}
 
 Args::Args(int argc, char** argv, int first, std::vector<FlagSpec> flags)
     : flags_(std::move(flags)) {
@@ -64,6 +87,33 @@ Args::Args(int argc, char** argv, int first, std::vector<FlagSpec> flags)
     }
     values_[name] = value;
   }
+  refuse_overwriting_inputs();
+}
+
+void Args::refuse_overwriting_inputs() const {
+  struct File {
+    const FlagSpec* flag;
+    struct stat st;
+  };
+  std::vector<File> inputs, outputs;
+  for (const FlagSpec& f : flags_) {
+    const auto it = values_.find(f.name);
+    if (f.file == FileRole::kNone || it == values_.end() || it->second == "-") continue;
+    File file{&f, {}};
+    if (::stat(it->second.c_str(), &file.st) != 0) continue;  // not there (yet): no clash
+    (f.file == FileRole::kInput ? inputs : outputs).push_back(file);
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const File& out = outputs[i];
+    auto clash = [&](const File& other, const char* what) {
+      if (other.st.st_dev != out.st.st_dev || other.st.st_ino != out.st.st_ino) return;
+      fail(out.flag->name, "'" + str(out.flag->name) + "' is the same file as the " + what + " --" +
+                               other.flag->name + " '" + str(other.flag->name) +
+                               "'; refusing to overwrite it (give another path)");
+    };
+    for (const File& in : inputs) clash(in, "input");
+    for (size_t j = 0; j < i; ++j) clash(outputs[j], "output");
+  }
 }
 
 std::string Args::str(const std::string& name, const std::string& def) const {
@@ -75,7 +125,8 @@ int64_t Args::integer(const std::string& name, int64_t def, int64_t lo, int64_t 
   const auto it = values_.find(name);
   if (it == values_.end()) return def;
   int64_t v = 0;
-  if (!parse_i64(it->second, &v)) fail(name, "expected an integer, got '" + it->second + "'");
+  if (!parse_int64(it->second, &v))
+    fail(name, "expected a decimal integer (digits only), got '" + it->second + "'");
   if (v < lo || v > hi) {
     std::ostringstream os;
     os << "value " << v << " out of range [" << lo << ", " << hi << "]";
@@ -90,8 +141,11 @@ double Args::real(const std::string& name, double def, double lo, double hi) con
   const std::string& s = it->second;
   char* end = nullptr;
   errno = 0;
-  const double v = std::strtod(s.c_str(), &end);
-  if (errno != 0 || end == s.c_str() || *end != '\0' || !std::isfinite(v))
+  // strtod would skip leading whitespace: refused here, as trailing characters are
+  const bool starts_ok =
+      !s.empty() && !std::isspace(static_cast<unsigned char>(s[0])) && s[0] != '+';
+  const double v = starts_ok ? std::strtod(s.c_str(), &end) : NAN;
+  if (!starts_ok || errno != 0 || end == s.c_str() || *end != '\0' || !std::isfinite(v))
     fail(name, "expected a finite number, got '" + s + "'");
   if (v < lo || v > hi) {
     std::ostringstream os;
@@ -104,12 +158,10 @@ double Args::real(const std::string& name, double def, double lo, double hi) con
 uint64_t Args::u64(const std::string& name, uint64_t def) const {
   const auto it = values_.find(name);
   if (it == values_.end()) return def;
-  const std::string& s = it->second;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (s[0] == '-' || errno != 0 || end == s.c_str() || *end != '\0')
-    fail(name, "expected a non-negative integer, got '" + s + "'");
+  uint64_t v = 0;
+  if (!parse_uint64(it->second, &v))
+    fail(name, "expected a non-negative decimal integer below 2^64 (digits only), got '" +
+                   it->second + "'");
   return v;
 }
 
@@ -119,9 +171,9 @@ bool Args::heads(const std::string& name, int32_t* qo, int32_t* kv) const {
   const std::string& s = it->second;
   const size_t slash = s.find('/');
   int64_t a = 0, b = 0;
-  const bool ok = slash == std::string::npos
-                      ? (parse_i64(s, &a) && (b = a, true))
-                      : (parse_i64(s.substr(0, slash), &a) && parse_i64(s.substr(slash + 1), &b));
+  const bool ok = slash == std::string::npos ? (parse_int64(s, &a) && (b = a, true))
+                                             : (parse_int64(s.substr(0, slash), &a) &&
+                                                parse_int64(s.substr(slash + 1), &b));
   if (!ok || a < 1 || b < 1 || a > 4096 || b > 4096)
     fail(name, "expected Q/KV head counts such as 32/8, got '" + s + "'");
   if (a % b != 0) fail(name, "query heads must be a multiple of KV heads, got '" + s + "'");

@@ -402,7 +402,7 @@ int bench_command(int argc, char** argv) {
   std::vector<FlagSpec> flags = input_flags(true);
   flags.push_back({"planner", true, "planner name or 'all' (default all; placeholders skipped)"});
   flags.push_back({"dtype", true, "fp16 (default) or bf16"});
-  flags.push_back({"json", true, "write results as JSON to this file"});
+  flags.push_back({"json", true, "write results as JSON to this file", false, FileRole::kOutput});
   flags.push_back({"runs", true, "timed runs per line and planner (>= 50, default 50)"});
   const Args a(argc, argv, 2, flags);
   if (a.help()) {

@@ -102,8 +102,8 @@ int check_command(int argc, char** argv) {
   flags.push_back({"sample-queries", true, "queries checked against float64 (0 = all)"});
   flags.push_back({"tolerance", true,
                    "PASS bound on both relative errors (default: compare_to_oracle's fp32 bound)"});
-  flags.push_back(
-      {"json", true, "write the results as JSON to FILE (bare --json or '-': stdout)", true});
+  flags.push_back({"json", true, "write the results as JSON to FILE (bare --json or '-': stdout)",
+                   true, FileRole::kOutput});
   const Args a(argc, argv, 2, flags);
   if (a.help()) {
     std::printf("%s", a.usage("check").c_str());

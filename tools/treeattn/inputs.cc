@@ -52,7 +52,8 @@ Problem from_workload(const Workload& w0, const Overrides& o, PageLayout layout,
 
 std::vector<FlagSpec> input_flags(bool with_sets) {
   std::vector<FlagSpec> f = {
-      {"tree", true, "JSON tree file (format in include/treeattn/tree/builders.h)"},
+      {"tree", true, "JSON tree file (format in include/treeattn/tree/builders.h)", false,
+       FileRole::kInput},
       {"levels", true, "level spec, e.g. 'N=1,16 C=1024,64 heads=32/8'"},
       {"workload", true, "one named workload: 'fasttree:3' or its exact line (treeattn workloads)"},
       {"heads", true, "query/KV heads, e.g. 32/8 (overrides the input's own)"},
@@ -136,7 +137,9 @@ std::string shape_text(const Problem& p) {
 
 std::vector<FlagSpec> planner_flags() {
   return {{"planner", true, "planner name or 'all' (default all)"},
-          {"device", true, "device the planners target: a100, h100 or h200 (default h200)"}};
+          {"device", true,
+           "cost-model preset the planners target: a100, h100 or h200 (default h200); not the "
+           "hardware this runs on"}};
 }
 
 DeviceInfo device_flag(const Args& a) {

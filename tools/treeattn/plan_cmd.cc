@@ -2,6 +2,9 @@
 // them and prints the plan statistics as a table, and as JSON with --json [FILE] (numbers with
 // full precision; bare --json or '-': JSON on stdout, the table on stderr). A planner that throws
 // gets its error in its row instead of aborting the others; any failure makes the exit code 1.
+// Each row says which planner's plan it is (`chosen`: auto's pick, or the planner itself); the
+// estimated times are the cost model's for the --device preset, not a measurement on this
+// machine, and the output says so.
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -19,7 +22,7 @@ namespace treeattn::cli {
 namespace {
 
 struct Row {
-  std::string planner, error;
+  std::string planner, chosen, error;
   PlanStats st;
 };
 
@@ -31,8 +34,8 @@ int plan_command(int argc, char** argv) {
   std::vector<FlagSpec> flags = input_flags(true);
   for (const FlagSpec& f : planner_flags()) flags.push_back(f);
   flags.push_back({"json", true,
-                   "write JSON to FILE (bare --json or '-': JSON on stdout, table on stderr)",
-                   true});
+                   "write JSON to FILE (bare --json or '-': JSON on stdout, table on stderr)", true,
+                   FileRole::kOutput});
   const Args a(argc, argv, 2, flags);
   if (a.help()) {
     std::printf("%s", a.usage("plan").c_str());
@@ -63,6 +66,7 @@ int plan_command(int argc, char** argv) {
       opts.planner = name;
       try {
         const Plan plan = planned(p.tree, opts, "plan", p.name);
+        r.chosen = plan.chosen_planner;
         r.st = plan_stats(p.tree, plan, dev);
       } catch (const std::exception& e) {
         r.error = e.what();
@@ -86,8 +90,9 @@ int plan_command(int argc, char** argv) {
           js << "\"error\": \"" << json_escape(r.error) << "\"}";
           continue;
         }
-        js << "\"items\": " << r.st.items << ", \"ctas\": " << r.st.ctas
-           << ", \"launches\": " << r.st.launches << ", \"kv_bytes_read\": " << r.st.kv_bytes_read
+        js << "\"chosen\": \"" << json_escape(r.chosen) << "\", \"items\": " << r.st.items
+           << ", \"ctas\": " << r.st.ctas << ", \"launches\": " << r.st.launches
+           << ", \"kv_bytes_read\": " << r.st.kv_bytes_read
            << ", \"unique_kv_bytes\": " << r.st.unique_kv_bytes
            << ", \"redundant_kv_bytes\": " << r.st.redundant_kv_bytes
            << ", \"partial_bytes\": " << r.st.partial_bytes << ", \"qo_bytes\": " << r.st.qo_bytes
@@ -98,18 +103,19 @@ int plan_command(int argc, char** argv) {
       js << "]}";
     }
     {
-      std::fprintf(out, "%s%s  [%s, %d queries, %lld unique tokens, device %s]\n", pi ? "\n" : "",
-                   p.name.c_str(), shape_text(p).c_str(), p.tree.num_queries(),
+      std::fprintf(out, "%s%s  [%s, %d queries, %lld unique tokens, cost-model preset %s]\n",
+                   pi ? "\n" : "", p.name.c_str(), shape_text(p).c_str(), p.tree.num_queries(),
                    static_cast<long long>(unique), dev.name.c_str());
-      std::fprintf(out, "%-11s %8s %8s %11s %13s %11s %9s %10s\n", "planner", "items", "CTAs",
-                   "KV MB read", "redundant MB", "partial MB", "padding%", "est us");
+      std::fprintf(out, "%-11s %-11s %8s %8s %11s %13s %11s %9s %10s\n", "planner", "chosen",
+                   "items", "CTAs", "KV MB read", "redundant MB", "partial MB", "padding%",
+                   "est us");
       for (const Row& r : rows) {
         if (!r.error.empty()) {
           std::fprintf(out, "%-11s error: %s\n", r.planner.c_str(), r.error.c_str());
           continue;
         }
-        std::fprintf(out, "%-11s %8lld %8lld %11.3f %13.3f %11.3f %9.1f %10.2f\n",
-                     r.planner.c_str(), static_cast<long long>(r.st.items),
+        std::fprintf(out, "%-11s %-11s %8lld %8lld %11.3f %13.3f %11.3f %9.1f %10.2f\n",
+                     r.planner.c_str(), r.chosen.c_str(), static_cast<long long>(r.st.items),
                      static_cast<long long>(r.st.ctas), r.st.kv_bytes_read / kMB,
                      r.st.redundant_kv_bytes / kMB, r.st.partial_bytes / kMB,
                      100.0 * r.st.padding_fraction, r.st.est_time_us);
@@ -117,6 +123,11 @@ int plan_command(int argc, char** argv) {
     }
   }
   js << "], \"failures\": " << failures << "}\n";
+  std::fprintf(out,
+               "\nchosen: the planner whose plan it is (auto's pick among its candidates, 'auto' "
+               "when it built its own).\nest us: the cost model's estimated kernel time in "
+               "microseconds on the %s preset (--device), not a measurement on this machine.\n",
+               dev.name.c_str());
   jout.write();
   // Every planner failure is reported in its row and makes the exit code 1.
   if (failures > 0)

@@ -11,9 +11,10 @@
 namespace treeattn::cli {
 
 int workloads_command(int argc, char** argv) {
-  const Args a(argc, argv, 2,
-               {{"set", true, "only this set (fasttree, pat, deft, forge, irregular, all)"},
-                {"json", true, "write JSON to FILE (bare --json or '-': stdout)", true}});
+  const Args a(
+      argc, argv, 2,
+      {{"set", true, "only this set (fasttree, pat, deft, forge, irregular, all)"},
+       {"json", true, "write JSON to FILE (bare --json or '-': stdout)", true, FileRole::kOutput}});
   if (a.help()) {
     std::printf("%s", a.usage("workloads").c_str());
     return 0;

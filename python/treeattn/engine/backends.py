@@ -79,8 +79,8 @@ VERIFY_TREE = False
 class TreeAttnBackend(Backend):
     """The tree comes from PrefixTree.from_block_tables, or, in steady state (the same rows as
     the previous step, one token each, no copy-on-write), from append_tokens on the previous
-    tree with the page the KV manager allocated: measured ~100x cheaper on the host for a
-    64-row, 4k-token batch (see cli.plan_cost_probe). When the next step is predictable (same
+    tree with the page the KV manager allocated: cheaper on the host than a rebuild
+    (cli.plan_cost_probe measures both; docs/engine.md has the figures). When the next step is predictable (same
     rows, no row opening a page) its tree and plan are made by prefetch() while the GPU runs
     this step, off the critical path."""
 
@@ -323,8 +323,21 @@ def available(name: str, device: torch.device) -> Optional[str]:
     return None
 
 
+def check_name(name: str) -> str:
+    """A backend name: one of BACKENDS, or 'treeattn-<planner>' for any treeattn planner."""
+    if not isinstance(name, str):
+        raise TypeError(f"backend: expected a backend name, got {type(name).__name__}")
+    if name not in BACKENDS and not (name.startswith("treeattn-")
+                                     and name[len("treeattn-"):] in treeattn.planners()):
+        raise ValueError(f"backend: unknown {name!r}, expected one of {BACKENDS} or "
+                         f"treeattn-<planner> (planners: {treeattn.planners()})")
+    return name
+
+
 def make_backend(name: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype,
                  device) -> Backend:
+    """The backend `name` (see check_name)."""
+    check_name(name)
     device = torch.device(device)
     args = (num_qo_heads, num_kv_heads, head_dim)
     kw = {"dtype": dtype, "device": device}
@@ -336,6 +349,4 @@ def make_backend(name: str, num_qo_heads: int, num_kv_heads: int, head_dim: int,
         return SdpaBackend(*args, **kw)
     if name == "flashinfer":
         return FlashInferBackend(*args, **kw)
-    if name == "none":
-        return NoAttnBackend(*args, **kw)
-    raise ValueError(f"backend: unknown {name!r}, expected one of {BACKENDS}")
+    return NoAttnBackend(*args, **kw)

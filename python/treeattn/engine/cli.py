@@ -5,7 +5,13 @@ Metrics per (workload, backend): decode tokens/s (tokens emitted / summed decode
 TPOT p50/p99 (per step; W6: step time over tokens emitted per request), attention time per step
 (CUDA events over every layer, sampled), host planning time per step (block tables -> tree ->
 plan -> upload), and the share of the step it takes. The ``none`` backend (attention skipped)
-gives the upper bound."""
+gives the upper bound.
+
+Every flag is checked before anything runs (argparse's error naming the flag, exit code 2):
+numbers strictly (digits, no sign or spaces, in range), workload and size names against
+``workloads.PARAMS``, backends, presets, devices, and output files (never the same file as an
+input or as the other output). Timings taken on a CPU come with a warning on stderr and in the
+JSON (``warning``): they do not measure GPU decode."""
 
 from __future__ import annotations
 
@@ -13,10 +19,12 @@ import argparse
 import gc
 import json
 import math
+import os
 import platform
+import re
 import sys
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -29,6 +37,169 @@ def _pct(xs, q):
 def _mean(xs):
     xs = [x for x in xs if not math.isnan(x)]
     return float(np.mean(xs)) if xs else float("nan")
+
+
+# ---- flag values (argparse types: ArgumentTypeError becomes "argument --flag: message", exit 2)
+
+_DIGITS = re.compile(r"[0-9]+\Z")
+_REAL = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?\Z")
+
+
+def _int_flag(lo: int, hi: int):
+    """A strict non-negative decimal integer in [lo, hi]: digits only (no sign, spaces, '_')."""
+
+    def parse(text: str) -> int:
+        if not _DIGITS.match(text):
+            raise argparse.ArgumentTypeError(
+                f"expected a non-negative decimal integer (digits only), got {text!r}")
+        v = int(text)
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range [{lo}, {hi}]")
+        return v
+
+    return parse
+
+
+def _real_flag(hi: float = math.inf):
+    """A strict non-negative decimal number (digits, '.', exponent) in [0, hi]."""
+
+    def parse(text: str) -> float:
+        v = float(text) if _REAL.match(text) else math.nan
+        if not math.isfinite(v) or v > hi:
+            raise argparse.ArgumentTypeError(
+                f"expected a finite decimal number in [0, {hi:g}], got {text!r}")
+        return v
+
+    return parse
+
+
+def _size(workload: str, key: str, text: str):
+    """One workload size from text, parsed strictly, checked by workloads.check_size."""
+    from .workloads import check_size
+
+    try:
+        v = (_real_flag() if key == "rate" else _int_flag(0, 1 << 62))(text)
+        return check_size(workload, key, v, label=f"{workload}.{key}")
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+        msg = str(e)
+        raise argparse.ArgumentTypeError(msg if msg.startswith(workload) or msg.startswith(
+            "name:") else f"{workload}.{key}: {msg}") from None
+
+
+def _workloads_flag(text: str) -> List[Tuple[str, str, dict]]:
+    """'W0,W1' or 'W1@n=16,prompt=1024;W0' -> [(spec, workload, sizes)]."""
+    from .workloads import check_name
+
+    specs = text.split(";") if ";" in text or "@" in text else text.split(",")
+    out = []
+    for spec in specs:
+        wl, at, variant = spec.partition("@")
+        try:
+            check_name(wl)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        sizes = {}
+        for item in variant.split(",") if at else []:
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise argparse.ArgumentTypeError(f"{spec!r}: expected key=value sizes after "
+                                                 f"'@', got {item!r}")
+            sizes[key] = _size(wl, key, value)
+        out.append((spec, wl, sizes))
+    return out
+
+
+def _set_flag(text: str) -> Tuple[str, str, object]:
+    """'W1.n=32' -> ('W1', 'n', 32)."""
+    name, eq, value = text.partition("=")
+    wl, dot, key = name.partition(".")
+    if not eq or not dot:
+        raise argparse.ArgumentTypeError(f"expected WORKLOAD.size=value such as W1.n=32, got "
+                                         f"{text!r}")
+    return wl, key, _size(wl, key, value)
+
+
+def _backends_flag(text: str) -> List[str]:
+    from .backends import check_name
+
+    try:
+        return [check_name(b) for b in text.split(",")]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _model_flag(text: str) -> str:
+    from .model import PRESETS
+
+    if text not in PRESETS:
+        raise argparse.ArgumentTypeError(f"unknown preset {text!r}, expected one of "
+                                         f"{sorted(PRESETS)}")
+    return text
+
+
+def _model_path_flag(text: str) -> str:
+    if not os.path.isfile(os.path.join(text, "config.json")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Hugging Face model directory "
+                                         f"(no config.json)")
+    return text
+
+
+def _device_flag(text: str) -> str:
+    from ._checks import device_arg
+
+    try:
+        device_arg("device", text)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e).partition(": ")[2]) from None
+    return text
+
+
+def _input_file_flag(text: str) -> str:
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    return text
+
+
+def _output_file_flag(text: str) -> str:
+    parent = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory")
+    if not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
+    return text
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths a and b name one file: by device and inode when both exist, else by their
+    resolved paths (a file not yet written)."""
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _refuse_same_files(ap: argparse.ArgumentParser, inputs, outputs) -> None:
+    """ap.error naming the output flag that is the same file as an input or an earlier output;
+    inputs, outputs: (flag, path or None) pairs."""
+    seen = [(f, p, "input") for f, p in inputs if p]
+    for flag, path in outputs:
+        if not path:
+            continue
+        for other, opath, kind in seen:
+            if _same_file(path, opath):
+                ap.error(f"argument {flag}: {path!r} is the same file as the {kind} {other} "
+                         f"{opath!r}; refusing to overwrite it (give another path)")
+        seen.append((flag, path, "output"))
+
+
+def cpu_timing_warning(dry_run: bool, device: str) -> str:
+    """The warning a bench run on a CPU carries (stderr and the JSON's `warning`)."""
+    if dry_run:
+        return (f"timings come from a CPU ({device}) and no model ran (--dry-run, random "
+                f"logits): tokens/s, TPOT and step times are meaningless; only the host-side "
+                f"figures (plan ms, host meta ms) are measurements")
+    return (f"timings come from a CPU ({device}), not a GPU: tokens/s, TPOT, step and "
+            f"attention times measure a CPU forward of the model and say nothing about GPU "
+            f"decode speed; compare backends on a GPU")
 
 
 class Progress:
@@ -227,25 +398,25 @@ def cmd_bench(args) -> int:
                                  **over)
         model = Model.random(cfg, dtype=dtype, device=dev, seed=args.seed)
     scale = args.scale or ("gpu" if dev.type == "cuda" else "cpu")
-    wls = (args.workloads.split(";") if ";" in args.workloads or "@" in args.workloads
-           else args.workloads.split(","))
-    backends = args.backends.split(",")
+    backends = args.backends
     recs = []
     t_start = time.time()
     cfg = model if isinstance(model, ModelConfig) else model.config
+    cpu_name = platform.processor() or platform.machine() or "cpu"
+    warning = cpu_timing_warning(args.dry_run, cpu_name) if dev.type != "cuda" else None
     print(f"treeattn-engine bench: model {cfg.arch} layers={cfg.num_layers} "
           f"hidden={cfg.hidden_size} {str(dtype)[6:]} on {dev}"
           f"{' DRY RUN (host side only)' if args.dry_run else ''}"
           f"{' (' + torch.cuda.get_device_name(dev) + ')' if dev.type == 'cuda' else ''}, "
           f"scale {scale}, page {args.page_size}", file=sys.stderr)
-    for spec in wls:  # "W1" or a variant "W1@n=16,prompt=1024"
-        wl, _, variant = spec.partition("@")
+    if warning:
+        print(f"treeattn-engine bench: WARNING: {warning}", file=sys.stderr)
+    for spec, wl, variant in args.workloads:  # "W1" or a variant "W1@n=16,prompt=1024"
         params = dict(workloads.PRESETS[scale][wl])
-        sets = [f"{wl}.{x}" for x in variant.split(",") if x] + list(args.set or [])
-        for kv in sets:
-            k, v = kv.split("=", 1)
-            if k.startswith(wl + "."):
-                params[k[len(wl) + 1:]] = type(params.get(k[len(wl) + 1:], 0.0))(float(v))
+        params.update(variant)
+        for swl, key, value in args.set or []:  # --set W1.n=32 (after the variant's sizes)
+            if swl == wl:
+                params[key] = value
         for b in backends:
             why = available(b, dev)
             if why is None and args.time_budget and time.time() - t_start > args.time_budget:
@@ -275,8 +446,9 @@ def cmd_bench(args) -> int:
                 recs.append(rec)
     probe = plan_cost_probe(args)
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-           "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor()
-           or "cpu", "torch": torch.__version__, "treeattn_cuda": treeattn.built_with_cuda,
+           "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name,
+           "timing_device": dev.type, "warning": warning,
+           "torch": torch.__version__, "treeattn_cuda": treeattn.built_with_cuda,
            "model": (dict(vars(model), dry_run=True) if args.dry_run else model.describe()),
            "scale": scale, "page_size": args.page_size,
            "cuda_graphs": not args.no_graphs and dev.type == "cuda", "records": recs,
@@ -294,6 +466,8 @@ def cmd_bench(args) -> int:
     print(f"tree per step (W1-like, host): from_block_tables {probe['from_block_tables_ms']:.3f} "
           f"ms, incremental append_tokens {probe['append_tokens_ms']:.3f} ms, "
           f"plan(auto) {probe['plan_auto_ms']:.3f} ms")
+    if warning:
+        print(f"treeattn-engine bench: WARNING: {warning}", file=sys.stderr)
     return 0 if all(not r.get("error") or r.get("unavailable") for r in recs) else 1
 
 
@@ -305,43 +479,58 @@ def main(argv: Optional[List[str]] = None) -> int:
                                  description="treeattn decode engine (see treeattn.engine)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("bench", help="workloads x backends: table, JSON, PNG")
-    b.add_argument("--workloads", default=",".join(WORKLOADS),
+    b.add_argument("--workloads", default=",".join(WORKLOADS), type=_workloads_flag,
                    help="W0..W6, comma separated; sizes of one run: W1@n=16,prompt=1024 "
                         "(then separate workloads with ';')")
-    b.add_argument("--backends", default=",".join(BACKENDS))
-    b.add_argument("--model", help="preset: llama3-8b (GPU default), qwen2-7b, tiny (CPU)")
-    b.add_argument("--model-path", help="local HF directory (config.json + safetensors)")
-    b.add_argument("--layers", type=int, help="override the preset's layer count")
+    b.add_argument("--backends", default=",".join(BACKENDS), type=_backends_flag)
+    b.add_argument("--model", type=_model_flag,
+                   help="preset: llama3-8b (GPU default), qwen2-7b, tiny (CPU)")
+    b.add_argument("--model-path", type=_model_path_flag,
+                   help="local HF directory (config.json + safetensors)")
+    b.add_argument("--layers", type=_int_flag(1, 1024), help="override the preset's layer count")
     b.add_argument("--dtype", choices=["bf16", "fp16", "fp32"])
-    b.add_argument("--device")
+    b.add_argument("--device", type=_device_flag)
     b.add_argument("--scale", choices=["gpu", "cpu"], help="workload sizes (default by device)")
-    b.add_argument("--set", action="append", help="override a size, e.g. W1.n=32 (repeatable)")
-    b.add_argument("--page-size", type=int, default=16)
-    b.add_argument("--temperature", type=float, default=0.8)
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--set", action="append", type=_set_flag,
+                   help="override a size, e.g. W1.n=32 (repeatable)")
+    b.add_argument("--page-size", type=_int_flag(1, 256), default=16)
+    b.add_argument("--temperature", type=_real_flag(), default=0.8)
+    b.add_argument("--seed", type=_int_flag(0, 2**64 - 1), default=0)
     b.add_argument("--no-graphs", action="store_true", help="eager decode on CUDA")
-    b.add_argument("--attn-every", type=int, default=8,
+    b.add_argument("--attn-every", type=_int_flag(0, 1 << 31), default=8,
                    help="time attention with CUDA events every N steps (0: never)")
-    b.add_argument("--warmup-steps", type=int, default=2, help="steps left out of the timing")
-    b.add_argument("--sdpa-steps", type=int, default=0,
+    b.add_argument("--warmup-steps", type=_int_flag(0, 1 << 31), default=2,
+                   help="steps left out of the timing")
+    b.add_argument("--sdpa-steps", type=_int_flag(0, 1 << 31), default=0,
                    help="cap the sdpa backend's decode steps (it is slow; 0 = no cap)")
-    b.add_argument("--time-budget", type=float, default=0,
+    b.add_argument("--time-budget", type=_real_flag(), default=0,
                    help="seconds; later runs are skipped once spent (0 = none)")
     b.add_argument("--dry-run", action="store_true",
                    help="host side only (KV manager, trees, plans; no model, random logits): "
                         "per-step host cost at full size, on any machine")
-    b.add_argument("--json")
-    b.add_argument("--png")
+    b.add_argument("--json", type=_output_file_flag)
+    b.add_argument("--png", type=_output_file_flag)
     b.add_argument("--no-progress", action="store_true")
     pl = sub.add_parser("plot", help="table and PNG from a bench JSON (e.g. a device run)")
-    pl.add_argument("json")
-    pl.add_argument("png", nargs="?")
+    pl.add_argument("json", type=_input_file_flag)
+    pl.add_argument("png", nargs="?", type=_output_file_flag)
     args = ap.parse_args(argv)
     if args.cmd == "bench":
+        if args.dry_run and args.model_path:
+            b.error("argument --model-path: not used with --dry-run (it runs a config, no weights)")
+        _refuse_same_files(b, [], [("--json", args.json), ("--png", args.png)])
         return cmd_bench(args)
     if args.cmd == "plot":
-        with open(args.json) as f:
-            recs = json.load(f)["records"]
+        _refuse_same_files(pl, [("json", args.json)], [("png", args.png)])
+        try:
+            with open(args.json) as f:
+                data = json.load(f)
+            recs = data["records"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            pl.error(f"argument json: {args.json!r} is not a treeattn-engine bench JSON "
+                     f"({type(e).__name__}: {e})")
+        if data.get("warning"):
+            print(f"treeattn-engine plot: WARNING: {data['warning']}", file=sys.stderr)
         print(table(recs))
         if args.png:
             plot(recs, args.png)

@@ -6,7 +6,11 @@ sequence (one slot each, copy-on-write resolved by the KV manager), builds the b
 sequence lengths of the rows, lets the backend plan, and runs the model once over all rows.
 Several rows may belong to one sequence (speculative decoding: a token tree verified per step);
 each then attends its own prefix. Workload controllers (``workloads.py``) decide which rows run,
-fork and finish sequences; this module knows nothing about them."""
+fork and finish sequences; this module knows nothing about them.
+
+Every public entry point checks its arguments first (ValueError / TypeError naming the argument:
+unknown sequence ids, token ids outside the vocabulary, sizes out of range, ...), and a call that
+would run out of KV pages raises MemoryError before it changes anything."""
 
 from __future__ import annotations
 
@@ -14,10 +18,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .backends import StepMeta, make_backend
+from ._checks import (MAX_PAGE_SIZE, MAX_PAGES, bool_arg, callable_arg, int_arg, real_arg,
+                      tokens_arg)
+from .backends import StepMeta, available, make_backend
 from .kv import KVCache
 from .model import Model, ModelConfig
 
@@ -57,23 +64,47 @@ class Engine:
         """dry_run: host side only (KV manager, trees, plans; no K/V storage, no model, random
         logits): measures the host cost of any workload at full size on a CPU. `model` may then
         be a ModelConfig."""
+        dry_run = bool_arg("dry_run", dry_run)
         if isinstance(model, ModelConfig):
             if not dry_run:
                 raise ValueError("model: a ModelConfig needs dry_run=True")
             model = _ConfigOnly(model)
+        elif not isinstance(model, Model):
+            raise TypeError(f"model: expected a Model (or a ModelConfig with dry_run=True), got "
+                            f"{type(model).__name__}")
         c = model.config
+        if not isinstance(backend, str):
+            raise TypeError(f"backend: expected a backend name, got {type(backend).__name__}")
+        page_size = int_arg("page_size", page_size, 1, MAX_PAGE_SIZE)
+        max_tokens = int_arg("max_tokens", max_tokens, 1, MAX_PAGES * MAX_PAGE_SIZE)
+        max_seqs = int_arg("max_seqs", max_seqs, 0, MAX_PAGES)
+        if num_pages is None:
+            num_pages = -(-max_tokens // page_size) + max_seqs + 2  # + a partial page each
+            if num_pages > MAX_PAGES:
+                raise ValueError(f"max_tokens: {max_tokens} tokens and {max_seqs} sequences "
+                                 f"need {num_pages} pages of {page_size} tokens, over the "
+                                 f"limit of {MAX_PAGES}")
+        else:
+            num_pages = int_arg("num_pages", num_pages, 2, MAX_PAGES)
+        cuda_graphs = bool_arg("cuda_graphs", cuda_graphs, allow_none=True)
+        seed = int_arg("seed", seed)
+        time_attention_every = int_arg("time_attention_every", time_attention_every, 0, 1 << 31)
         self.model, self.config = model, c
         self.device = model.device
         self.dtype = model.dtype
         self.page_size = page_size
         self.dry_run = dry_run
-        if num_pages is None:
-            num_pages = -(-max_tokens // page_size) + max_seqs + 2  # + a partial page each
+        self.backend_name = backend
+        # (on a CPU, constructing the backend says what is missing; the tests run the flashinfer
+        # backend's bookkeeping there with a stand-in module)
+        why = available(backend, self.device) if self.device.type == "cuda" else None
+        if why:
+            raise ValueError(f"backend: {backend!r} cannot run here: {why}")
+        backend_obj = make_backend(backend, c.num_heads, c.num_kv_heads, c.head_dim, self.dtype,
+                                   self.device)
         self.cache = KVCache(c.num_layers, num_pages, page_size, c.num_kv_heads, c.head_dim,
                              dtype=self.dtype, device=self.device, allocate=not dry_run)
-        self.backend_name = backend
-        self.backend = make_backend(backend, c.num_heads, c.num_kv_heads, c.head_dim,
-                                    self.dtype, self.device)
+        self.backend = backend_obj
         # on a CPU device, cuda_graphs=True emulates them (padded rows, static buffers, keyed
         # backend state, eager run): the tests exercise that bookkeeping without a GPU
         self.cuda_graphs = (self.device.type == "cuda") if cuda_graphs is None else cuda_graphs
@@ -89,8 +120,12 @@ class Engine:
 
     def prefill(self, prompt: Sequence[int]) -> Tuple[int, torch.Tensor]:
         """New sequence for `prompt` (full pages of a cached prefix are reused, the rest computed
-        with torch SDPA). Returns (seq id, float32 logits of the last prompt token)."""
+        with torch SDPA). Returns (seq id, float32 logits of the last prompt token). `prompt`:
+        token ids in [0, vocab_size), at least one; MemoryError (nothing changed) when the free
+        KV pages cannot hold it."""
         kv, c = self.cache, self.config
+        prompt = tokens_arg("prompt", prompt, c.vocab_size)
+        kv.check_prompt_fits(prompt)
         sid, cached = kv.new_seq(prompt)
         slots = [kv.append(sid, t) for t in prompt[cached:]]
         kv.apply_copies(kv.take_copies())
@@ -119,33 +154,60 @@ class Engine:
             return o[0].transpose(0, 1)
 
         with torch.inference_mode():
-            logits = self.model.forward(torch.tensor(prompt[cached:], device=dev),
-                                        pos[cached:], attend,
-                                        logits_rows=torch.tensor([n - 1], device=dev))[0]
+            logits = self.model._forward(torch.tensor(prompt[cached:], device=dev),
+                                         pos[cached:], attend,
+                                         logits_rows=torch.tensor([n - 1], device=dev))[0]
         if self.on_logits is not None:
             self.on_logits("prefill", logits[None])
         return sid, logits
 
     def fork(self, sid: int, n: int = 1) -> List[int]:
+        """n >= 1 new sequences sharing sid's pages; returns their ids."""
         return self.cache.fork(sid, n)
 
     def free(self, sid: int) -> None:
         self.cache.free_seq(sid)
 
     def truncate(self, sid: int, length: int) -> None:
+        """Keeps sid's first `length` tokens, 0 <= length <= its length."""
         self.cache.truncate(sid, length)
 
     def length(self, sid: int) -> int:
         return self.cache.length(sid)
+
+    def _rows(self, rows) -> List[Tuple[int, int]]:
+        """rows checked: a non-empty sequence of (sequence id, token id) pairs, token ids in the
+        vocabulary (the sequence ids are checked by the KV manager)."""
+        if isinstance(rows, (str, bytes)) or not isinstance(rows, (list, tuple)):
+            raise TypeError(f"rows: expected a list of (sequence id, token) pairs, got "
+                            f"{type(rows).__name__}")
+        if not rows:
+            raise ValueError("rows: empty (a decode step needs at least one row)")
+        V = self.config.vocab_size
+        for r in rows:  # the common case: (int, int) pairs in range, taken as they are
+            if type(r) is not tuple or len(r) != 2 or type(r[1]) is not int or not 0 <= r[1] < V:
+                break
+        else:
+            return rows
+        out = []
+        for i, r in enumerate(rows):
+            if not isinstance(r, (tuple, list)) or len(r) != 2:
+                raise TypeError(f"rows[{i}]: expected a (sequence id, token) pair, got {r!r}")
+            sid, tok = r
+            out.append((sid, int_arg(f"rows[{i}] token", tok, 0, V - 1)))
+        return out
 
     # ---- decode
 
     def decode(self, rows: Sequence[Tuple[int, int]]) -> torch.Tensor:
         """One decode step: rows (seq id, token) -> float32 logits [len(rows), vocab]. Under
         CUDA graphs the logits live in the graph's output buffer: use them before the next
-        step."""
+        step. Sequence ids must be live, tokens in the vocabulary; MemoryError (nothing
+        changed) when the step needs more new KV pages than are free."""
         t0 = time.perf_counter()
         kv, dev, P = self.cache, self.device, self.page_size
+        rows = self._rows(rows)
+        kv.pages_for_step([sid for sid, _ in rows])
         positions, slots, new_pages = [], [], []
         for sid, tok in rows:
             n = kv.length(sid)
@@ -218,7 +280,7 @@ class Engine:
         if copies:
             csrc = torch.tensor([a for a, _ in copies], device=self.device)
             cdst = torch.tensor([b for _, b in copies], device=self.device)
-        return self.model.forward(tokens, positions, self._attend_fn(slots_t, csrc, cdst))
+        return self.model._forward(tokens, positions, self._attend_fn(slots_t, csrc, cdst))
 
     def _graph_step(self, key, ok, tokens, positions, slots, copies, st):
         g = self.graphs.get(key)
@@ -236,14 +298,14 @@ class Engine:
         self._fill(g, tokens, positions, slots, copies)
         if self.device.type != "cuda":  # emulated graphs (CPU tests): same buffers, eager run
             self.graphs[key] = g
-            g["logits"] = self.model.forward(g["tokens"], g["positions"], self._attend_fn(
+            g["logits"] = self.model._forward(g["tokens"], g["positions"], self._attend_fn(
                 g["slots"], g["csrc"], g["cdst"]))
             return g["logits"]
         if "graph" not in g:
             fn = self._attend_fn(g["slots"], g["csrc"], g["cdst"])
 
             def run():
-                return self.model.forward(g["tokens"], g["positions"], fn)
+                return self.model._forward(g["tokens"], g["positions"], fn)
 
             s = torch.cuda.Stream(self.device)
             s.wait_stream(torch.cuda.current_stream(self.device))
@@ -275,6 +337,7 @@ class Engine:
     def time_attention(self, T: int) -> float:
         """GPU time (CUDA events) of the backend's attention over every layer for the step just
         planned, on random queries (the cost does not depend on q's values). NaN on CPU."""
+        T = int_arg("T", T, 1, 1 << 24)
         if self.device.type != "cuda":
             return float("nan")
         c = self.config
@@ -295,13 +358,37 @@ class Engine:
 
     def sample(self, logits: torch.Tensor, temperature=0.0) -> List[int]:
         """Greedy (temperature 0) or temperature sampling with the engine's seeded generator;
-        temperature: one value or one per row."""
+        logits [rows, vocab]; temperature >= 0: one value or one per row."""
+        if not torch.is_tensor(logits) or not logits.is_floating_point():
+            raise TypeError(f"logits: expected a floating torch tensor, got "
+                            f"{getattr(logits, 'dtype', type(logits).__name__)}")
+        if logits.dim() != 2 or logits.shape[0] < 1 or logits.shape[1] < 1:
+            raise ValueError(f"logits: expected [rows, vocab] with rows, vocab >= 1, got "
+                             f"{tuple(logits.shape)}")
+        temps = None
+        if isinstance(temperature, (int, float, np.integer, np.floating)):
+            scalar = real_arg("temperature", temperature)
+        else:
+            try:
+                temps = np.asarray(temperature.cpu() if torch.is_tensor(temperature)
+                                   else temperature, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise TypeError(f"temperature: expected a number or one per row, got "
+                                f"{type(temperature).__name__}") from None
+            if temps.shape != (logits.shape[0],):
+                raise ValueError(f"temperature: expected one value per row "
+                                 f"({logits.shape[0]}), got shape {temps.shape}")
+            bad = np.flatnonzero(~np.isfinite(temps) | (temps < 0))
+            if bad.size:
+                raise ValueError(f"temperature[{bad[0]}]: expected a finite number >= 0, got "
+                                 f"{temps[bad[0]]}")
         if self.recorder is not None and self.recorder.replaying:
             return self.recorder.next()
-        if isinstance(temperature, (int, float)) and temperature <= 0:
+        if temps is None and scalar == 0:
             out = logits.argmax(-1).tolist()
         else:
-            t = torch.as_tensor(temperature, dtype=torch.float32, device=logits.device)
+            t = torch.as_tensor(scalar if temps is None else temps, dtype=torch.float32,
+                                device=logits.device)
             t = t.expand(logits.shape[0]) if t.dim() == 0 else t
             probs = torch.softmax(logits / t.clamp_min(1e-6)[:, None], dim=-1)
             drawn = torch.multinomial(probs, 1, generator=self.gen)[:, 0]
@@ -313,6 +400,7 @@ class Engine:
     def decide(self, fn: Callable[[], object]):
         """Any other decision taken from logits (beam selection, pruning): recorded in a
         reference run and replayed in a teacher-forced one, so both follow the same streams."""
+        callable_arg("fn", fn)
         if self.recorder is not None and self.recorder.replaying:
             return self.recorder.next()
         out = fn()
@@ -349,13 +437,36 @@ class Scheduler:
     pages. One decode step runs every running request."""
 
     def __init__(self, eng: Engine, max_batch: int = 256):
-        self.eng, self.max_batch = eng, max_batch
+        if not isinstance(eng, Engine):
+            raise TypeError(f"eng: expected an Engine, got {type(eng).__name__}")
+        self.eng, self.max_batch = eng, int_arg("max_batch", max_batch, 1, 1 << 24)
         self.waiting: List[Request] = []
         self.running: List[Request] = []
         self.finished: List[Request] = []
         self.clock = 0  # decode steps so far (arrival times are in these units)
 
     def submit(self, req: Request) -> Request:
+        """Queues `req` (checked first: prompt tokens in the vocabulary, max_new >= 1,
+        temperature >= 0, arrival >= 0, stop a token id or None, and prompt + max_new within
+        what the KV cache can ever hold)."""
+        if not isinstance(req, Request):
+            raise TypeError(f"req: expected a Request, got {type(req).__name__}")
+        V = self.eng.config.vocab_size
+        prompt = tokens_arg("req.prompt", req.prompt, V)
+        max_new = int_arg("req.max_new", req.max_new, 1, 1 << 31)
+        temperature = real_arg("req.temperature", req.temperature)
+        arrival = int_arg("req.arrival", req.arrival, 0, (1 << 63) - 1)
+        stop = None if req.stop is None else int_arg("req.stop", req.stop, 0, V - 1)
+        if req.sid != -1 or req.output or req.done or any(
+                r is req for r in self.waiting + self.running + self.finished):
+            raise ValueError("req: already submitted (make a new Request)")
+        P = self.eng.page_size
+        need = -(-(len(prompt) + max_new) // P) + 1
+        if need > self.eng.cache.num_pages - 1:
+            raise ValueError(f"req: {len(prompt)} prompt + {max_new} new tokens need {need} KV "
+                             f"pages of {P} tokens; the cache has {self.eng.cache.num_pages - 1}")
+        req.prompt, req.max_new, req.temperature, req.arrival, req.stop = (
+            prompt, max_new, temperature, arrival, stop)
         self.waiting.append(req)
         self.waiting.sort(key=lambda r: r.arrival)
         return req
@@ -422,6 +533,9 @@ class Recorder:
         self.items.append(x)
 
     def next(self):
+        if self.pos >= len(self.items):
+            raise RuntimeError(f"recorder: the replay asked for decision {self.pos + 1}, the "
+                               f"reference run recorded {len(self.items)} (the runs diverged)")
         x = self.items[self.pos]
         self.pos += 1
         return x

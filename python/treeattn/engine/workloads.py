@@ -7,7 +7,11 @@ finish) and count what they emit.
   W3 tree of thought (branch, prune)     every draft token a query (internal tree nodes)
 
 Every decision taken from logits goes through ``engine.sample`` or ``engine.decide`` so that a
-run can be recorded and replayed (teacher forcing) by another engine."""
+run can be recorded and replayed (teacher forcing) by another engine.
+
+A workload's sizes are a dict of exactly the keys of its ``PARAMS`` entry (integers, W5's rate a
+positive number); :func:`run`, :func:`max_tokens` and :func:`max_seqs` check the name and the
+sizes first (ValueError / TypeError naming them)."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import torch
 
+from ._checks import callable_arg, int_arg, real_arg
 from .engine import Engine, Request, Scheduler
 
 # Sizes per scale: 'gpu' follows the issue (W1: n=64, 4k prompt, 256 new tokens); 'cpu' is
@@ -44,9 +49,51 @@ PRESETS: Dict[str, Dict[str, dict]] = {
 }
 WORKLOADS = ["W0", "W1", "W2", "W3", "W4", "W5", "W6"]
 
+# The sizes each workload takes (the keys of its presets) -> smallest value: 1, but 0 for an
+# optional suffix or draft depth; W5's "rate" is a real > 0. Upper bound of every integer size:
+# _MAX_SIZE (the KV cache's page limit bounds what actually runs).
+_MIN_SIZE = {"suffix": 0, "depth": 0, "rate": 0}
+PARAMS: Dict[str, Dict[str, int]] = {w: {k: _MIN_SIZE.get(k, 1) for k in PRESETS["gpu"][w]}
+                                     for w in WORKLOADS}
+_MAX_SIZE = 1 << 30
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or name not in PARAMS:
+        raise ValueError(f"name: unknown workload {name!r}, expected one of {WORKLOADS}")
+    return name
+
+
+def check_size(name: str, key: str, value, label: Optional[str] = None):
+    """One size of workload `name`: a key of PARAMS[name] and a value at or above its minimum
+    (an int; W5's rate a finite number > 0). Errors start with `label` (default params['key'])."""
+    spec = PARAMS[check_name(name)]
+    label = label or f"params['{key}']"
+    if key not in spec:
+        raise ValueError(f"{label}: {name} has no size {key!r} (its sizes: {sorted(spec)})")
+    if key == "rate":
+        return real_arg(label, value, 0.0, lo_open=True)
+    return int_arg(label, value, spec[key], _MAX_SIZE)
+
+
+def check_params(name: str, p: dict) -> dict:
+    """The workload name and its sizes checked: exactly the keys of PARAMS[name], each as
+    check_size says. Returns a normalised copy."""
+    spec = PARAMS[check_name(name)]
+    if not isinstance(p, dict):
+        raise TypeError(f"params: expected a dict of sizes, got {type(p).__name__}")
+    for k in p:
+        if k not in spec:
+            raise ValueError(f"params: {name} has no size {k!r} (its sizes: {sorted(spec)})")
+    for k in spec:
+        if k not in p:
+            raise ValueError(f"params: {name} needs {k!r} (its sizes: {sorted(spec)})")
+    return {k: check_size(name, k, p[k]) for k in spec}
+
 
 def max_tokens(name: str, p: dict) -> int:
     """KV tokens a workload needs at most (sizes the cache), with slack for partial pages."""
+    p = check_params(name, p)
     slack = 64
     if name == "W0":
         return p["n"] * (p["prompt"] + p["new"] + slack)
@@ -69,6 +116,7 @@ def max_tokens(name: str, p: dict) -> int:
 
 def max_seqs(name: str, p: dict) -> int:
     """Live sequences a workload holds at most (each may own one partial page)."""
+    p = check_params(name, p)
     return {"W0": lambda: p["n"], "W1": lambda: p["n"], "W2": lambda: p["n"],
             "W3": lambda: 2 * p["keep"] * p["branch"], "W4": lambda: 2 * p["width"],
             "W5": lambda: p["requests"],
@@ -90,18 +138,26 @@ class Result:
 class Controller:
     """Base: random prompts, a step loop with progress, result bookkeeping."""
 
+    workload = ""  # its key in PARAMS
+
     def __init__(self, eng: Engine, seed: int = 0, temperature: float = 0.8,
                  progress: Optional[Callable[[int, int], None]] = None, max_steps: int = 0,
                  **params):
-        self.eng, self.p = eng, params
-        self.rng = np.random.default_rng(seed)
-        self.temperature = temperature
-        self.progress = progress
-        self.max_steps = max_steps
+        if not isinstance(eng, Engine):
+            raise TypeError(f"eng: expected an Engine, got {type(eng).__name__}")
+        self.eng, self.p = eng, check_params(self.workload, params)
+        self.rng = np.random.default_rng(int_arg("seed", seed))
+        self.temperature = real_arg("temperature", temperature)
+        self.progress = callable_arg("progress", progress, allow_none=True)
+        self.max_steps = int_arg("max_steps", max_steps, 0, _MAX_SIZE)
         self.res = Result(type(self).__name__)
 
     def prompt(self, n: int) -> List[int]:
         return self.rng.integers(1, self.eng.config.vocab_size, n).tolist()
+
+    def with_copies(self, sid: int, k: int) -> List[int]:
+        """[sid] and k forks of it (k may be 0)."""
+        return [sid] + (self.eng.fork(sid, k) if k > 0 else [])
 
     def prefill(self, prompt):
         t = time.perf_counter()
@@ -147,6 +203,8 @@ class Controller:
 
 
 class NoSharing(Controller):  # W0
+    workload = "W0"
+
     def run(self) -> Result:
         p, eng = self.p, self.eng
         seqs, toks = [], []
@@ -158,15 +216,19 @@ class NoSharing(Controller):  # W0
 
 
 class ParallelSampling(Controller):  # W1
+    workload = "W1"
+
     def run(self) -> Result:
         p, eng = self.p, self.eng
         sid, lg = self.prefill(self.prompt(p["prompt"]))
-        seqs = [sid] + eng.fork(sid, p["n"] - 1)
+        seqs = self.with_copies(sid, p["n"] - 1)
         toks = eng.sample(lg[None].expand(p["n"], -1), self.temperature)
         return self.decode_and_free(seqs, toks)
 
 
 class SharedPrompt(Controller):  # W2
+    workload = "W2"
+
     def run(self) -> Result:
         p, eng = self.p, self.eng
         system = self.prompt(p["system"])
@@ -182,11 +244,13 @@ class SharedPrompt(Controller):  # W2
 class TreeOfThought(Controller):  # W3
     """Branches into `branch` children every `every` tokens, keeps the `keep` best branches by
     cumulative log-probability (the others finish), so the live width is keep * branch."""
+    workload = "W3"
+
 
     def run(self) -> Result:
         p, eng = self.p, self.eng
         sid, lg = self.prefill(self.prompt(p["prompt"]))
-        seqs = [sid] + eng.fork(sid, p["branch"] - 1)
+        seqs = self.with_copies(sid, p["branch"] - 1)
         toks = eng.sample(lg[None].expand(len(seqs), -1), self.temperature)
         score = self.logprobs(lg[None].expand(len(seqs), -1), toks)
         for i in range(self.steps()):
@@ -201,7 +265,7 @@ class TreeOfThought(Controller):  # W3
                         eng.free(seqs[j])
                 nseqs, ntoks, nscore = [], [], []
                 for j in keep:
-                    kids = [seqs[j]] + eng.fork(seqs[j], p["branch"] - 1)
+                    kids = self.with_copies(seqs[j], p["branch"] - 1)
                     nseqs += kids
                     ntoks += [toks[j]] * len(kids)
                     nscore += [score[j]] * len(kids)
@@ -213,13 +277,18 @@ class TreeOfThought(Controller):  # W3
 
 
 class BeamSearch(Controller):  # W4
+    workload = "W4"
+
     def run(self) -> Result:
         p, eng = self.p, self.eng
         w = p["width"]
+        if w > eng.config.vocab_size:
+            raise ValueError(f"params['width']: {w} beams exceed the model's vocab_size "
+                             f"{eng.config.vocab_size}")
         sid, lg = self.prefill(self.prompt(p["prompt"]))
         lp = torch.log_softmax(lg.float(), -1)
         first = eng.decide(lambda: torch.topk(lp, w).indices.tolist())
-        seqs = [sid] + eng.fork(sid, w - 1)
+        seqs = self.with_copies(sid, w - 1)
         toks = list(first)
         scores = lp[torch.tensor(first, device=lp.device)].tolist()
         for _ in range(self.steps()):
@@ -256,6 +325,8 @@ class OnlineArrivals(Controller):  # W5
     """Continuous batching (engine.Scheduler): Poisson arrivals (rate per decode step), each
     request = one of a few system prompts + its own suffix; it joins the running batch after its
     prefill and leaves after `new` tokens."""
+    workload = "W5"
+
 
     def run(self) -> Result:
         p, eng = self.p, self.eng
@@ -292,6 +363,8 @@ class Speculative(Controller):  # W6
     are the pending token then its drafts: branches * (depth + 1) queries per request, most on
     internal nodes of the tree. Greedy verification keeps the longest accepted chain prefix plus
     the target's next token; the other chains are freed, the kept one truncated."""
+    workload = "W6"
+
 
     def drafts(self, hist: List[int], B: int, d: int) -> List[List[int]]:
         """Chain b continues the b-th latest earlier occurrence of the last token (searched in
@@ -378,6 +451,13 @@ CONTROLLERS = {"W0": NoSharing, "W1": ParallelSampling, "W2": SharedPrompt, "W3"
 
 
 def run(eng: Engine, name: str, params: dict, seed: int = 0, **kw) -> Result:
+    """Runs workload `name` (W0-W6) with sizes `params` on `eng`; kw: temperature, progress,
+    max_steps (Controller)."""
+    check_params(name, params)
+    for k in kw:
+        if k not in ("temperature", "progress", "max_steps"):
+            raise TypeError(f"{k}: not an argument of workloads.run (temperature, progress, "
+                            f"max_steps)")
     ctl = CONTROLLERS[name](eng, seed=seed, **kw, **params)
     res = ctl.run()
     res.name = name

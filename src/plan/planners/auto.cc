@@ -178,10 +178,10 @@ class AutoPlanner {
       PlanBuilder b(tree_, opts_, shape_, "auto");
       split_parts(cg, thresholds[best_], &parts);
       emit(cg, parts, &b);
-      return b.finish();
+      return b.finish();  // chosen_planner "auto" (the builder's name)
     }
     Plan plan = run_planner(*others[-best_ - 1], tree_, index_, opts_);
-    plan.planner = "auto";
+    plan.planner = "auto";  // chosen_planner stays the candidate's name
     return plan;
   }
 
