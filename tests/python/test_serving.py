@@ -190,3 +190,11 @@ def test_errors_name_the_argument():
         core.decode(torch.zeros(1, 4, 64), torch.zeros(16, P, 2, 64), torch.zeros(16, P, 2, 64))
     with pytest.raises(ValueError, match="kv_cache"):
         split_packed_kv(torch.zeros(4, 2, P, 16), 16)
+
+
+def test_page_after_two_prefixes_is_refused_naming_block_tables():
+    """A content-deduplicating prefix cache can list one page after two different prefixes; the
+    tree cannot represent that, and the error names the block tables."""
+    sync = TreeSync(P, 16)
+    with pytest.raises(ValueError, match="block_tables: no prefix tree"):
+        sync.update([[1, 2, 8], [3, 4, 8]], [10, 10])

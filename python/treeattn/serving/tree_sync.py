@@ -159,8 +159,16 @@ class TreeSync:
                 except ValueError:  # the tree refused an update (e.g. a page in use): rebuild
                     path = "rebuild"
         if path == "rebuild":
-            self.tree = PrefixTree.from_block_tables(bt, lens, page_size=self.page_size,
-                                                     num_pages=self.num_pages)
+            try:
+                self.tree = PrefixTree.from_block_tables(bt, lens, page_size=self.page_size,
+                                                         num_pages=self.num_pages)
+            except ValueError as e:
+                if "block_tables" in str(e) or "seq_lens" in str(e):
+                    raise
+                # e.g. one page listed after two different prefixes: a prefix cache that
+                # deduplicates pages by content can hand a request a page computed after
+                # another request's copy of the same prefix; the tree cannot share it
+                raise ValueError(f"block_tables: no prefix tree holds these rows ({e})") from None
             self.tree.free_pages = []  # every page comes from the engine's block tables
         self._bt, self._lens, self._pad = bt, lens, pad
         self.counts[path] += 1
