@@ -233,25 +233,23 @@ class TreeSync:
         for q in range(Ro - 1, -1, -1):
             if q not in kept:
                 tree.remove_query(q)
-        # 3. grow the rows that gained tokens
-        for r in range(R):
-            if prev[r] >= 0:
-                o = int(prev[r])
-                delta = int(lens[r] - olens[o])
-                if delta == 0:
-                    continue
-                first = int((olens[o] + P - 1) // P)
-                partial = olens[o] % P != 0
-            else:
-                first = join_at[r][1]
-                delta = int(lens[r]) - first * P
-                if delta <= 0:
-                    continue  # added on an identical row's node
-                partial = False
-            pages = [int(x) for x in bt[r, first:(int(lens[r]) + P - 1) // P]]
+        # 3. grow the rows that gained tokens (per-row values as Python ints: numpy scalars are
+        # slow in this loop)
+        has = prev >= 0
+        o = np.where(has, prev, 0)
+        first = np.where(has, (olens[o] + P - 1) // P, 0)
+        delta = np.where(has, lens - olens[o], 0)
+        partial = has & (olens[o] % P != 0)
+        for r, (_, f) in join_at.items():
+            first[r], delta[r] = f, int(lens[r]) - f * P
+        need = (lens + P - 1) // P
+        grow = np.nonzero(delta > 0)[0]
+        for r, d, f, n, part in zip(grow.tolist(), delta[grow].tolist(), first[grow].tolist(),
+                                    need[grow].tolist(), partial[grow].tolist()):
+            pages = bt[r, f:n].tolist() if n > f else []
             before = tree.num_nodes
-            tree.append_tokens(r, delta, pages)
-            if partial and tree.num_nodes != before:
+            tree.append_tokens(r, d, pages)
+            if part and tree.num_nodes != before:
                 # the query was not alone on a leaf, so the tree put the new tokens on a fresh
                 # page while the engine kept filling the partly filled one
                 raise _Fallback()
