@@ -7,7 +7,10 @@
 #      the concurrency tests built with ThreadSanitizer (build-tsan, CPU-only, that target only);
 #   3. libFuzzer smoke run of the JSON and block-table readers and of the planners (clang);
 #   4. the planning-speed benchmark (short) and `treeattn check` on every workload line;
-#   5. pip install . into .venv and pytest (GPU tests skip without a GPU).
+#   5. pip install . into .venv and pytest (GPU tests skip without a GPU);
+#   6. the vLLM contract tests: tools/setup_vllm.sh (.venv-vllm, vllm==0.33.0, kept between runs;
+#      ~11 min and ~9.4 GB the first time on 2 cores, ~3 min to rebuild treeattn into it, seconds
+#      when nothing changed) and tests/integrations (~30 s). SKIP_VLLM=1 skips this step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -18,18 +21,18 @@ PY=${PY:-.venv/bin/python}
 subset=ON
 if nvidia-smi -L >/dev/null 2>&1 || [ "${TREEATTN_FULL_KERNELS:-0}" = 1 ]; then subset=OFF; fi
 
-echo "== [1/5] build (TREEATTN_CI_KERNELS=$subset)"
+echo "== [1/6] build (TREEATTN_CI_KERNELS=$subset)"
 cmake -S . -B build -DTREEATTN_CI_KERNELS=$subset >/dev/null
 cmake --build build -j"$JOBS"
 
-echo "== [2/5] ctest"
+echo "== [2/6] ctest"
 (cd build && ctest --output-on-failure -j"$JOBS" --timeout 600)
-echo "== [2/5] ThreadSanitizer: concurrency tests"
+echo "== [2/6] ThreadSanitizer: concurrency tests"
 cmake -S . -B build-tsan -DTREEATTN_TSAN=ON -DTREEATTN_CUDA=OFF -DTREEATTN_BENCH=OFF >/dev/null
 cmake --build build-tsan -j"$JOBS" --target treeattn_concurrency_tests
 TSAN_OPTIONS=halt_on_error=1 build-tsan/treeattn_concurrency_tests
 
-echo "== [3/5] fuzz smoke"
+echo "== [3/6] fuzz smoke"
 # The core is compiled once with the sanitizers and linked into every fuzzer. Seeds: the corpus in
 # git plus large generated inputs (tests/fuzz/make_seeds.py); per input at most 5 s, 2 GB of RSS
 # and 1 GB per allocation; per fuzzer flags (max length) in tests/fuzz/<fuzzer>.flags.
@@ -52,13 +55,19 @@ for target in build-fuzz/fuzz_*; do
   rm -rf "$work"
 done
 
-echo "== [4/5] planning benchmark and workload check"
+echo "== [4/6] planning benchmark and workload check"
 if [ -x build/treeattn_plan_bench ]; then
   build/treeattn_plan_bench --benchmark_min_time=0.02 --benchmark_filter='256' | tail -n 20
 fi
 build/treeattn check --workloads all --planner all
 
-echo "== [5/5] python package"
+echo "== [5/6] python package"
 # --no-build-isolation: build with the locked scikit-build-core and nanobind of .venv
 "$PY" -m pip install -q --no-build-isolation . -C cmake.define.TREEATTN_CI_KERNELS=$subset
 "$PY" -m pytest tests/python -q
+
+echo "== [6/6] vLLM contract tests"
+if [ "${SKIP_VLLM:-0}" != 1 ]; then
+  bash tools/setup_vllm.sh
+  .venv-vllm/bin/python -m pytest tests/integrations -q -p no:cacheprovider
+fi

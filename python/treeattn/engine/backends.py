@@ -6,8 +6,9 @@ sequence length, vLLM style) through :meth:`Backend.prepare`, then calls
 static device state in place for the graph captured under ``key`` (the padded row count) and
 return False when that state had to be rebuilt (capacity exceeded: the engine re-captures).
 
-* ``treeattn``        PrefixTree.from_block_tables + treeattn.plan(planner="auto") + decode;
-                      graphs through plan.to_device() / plan.update().
+* ``treeattn``        treeattn.serving.ServingCore (incremental tree from the block tables,
+                      treeattn.plan(planner="auto"), decode); graphs through its persistent
+                      device plans (plan.to_device() / plan.update()).
 * ``treeattn-query``  the same with the query planner (query-centric, same kernels).
 * ``flashinfer``      BatchDecodeWithPagedKVCacheWrapper over the same pages (GPU only).
 * ``sdpa``            K/V gathered per row into a dense padded tensor + torch SDPA (reference).
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import treeattn
+from treeattn.serving import ServingCore
 
 
 @dataclass
@@ -77,117 +79,53 @@ VERIFY_TREE = False
 
 
 class TreeAttnBackend(Backend):
-    """The tree comes from PrefixTree.from_block_tables, or, in steady state (the same rows as
-    the previous step, one token each, no copy-on-write), from append_tokens on the previous
-    tree with the page the KV manager allocated: cheaper on the host than a rebuild
-    (cli.plan_cost_probe measures both; docs/engine.md has the figures). When the next step is predictable (same
-    rows, no row opening a page) its tree and plan are made by prefetch() while the GPU runs
-    this step, off the critical path."""
+    """Runs on treeattn.serving.ServingCore, the path the vLLM plugin uses: the core keeps the
+    tree in step with the block tables incrementally (TreeSync), plans, and refreshes one device
+    plan per graph key in place; prefetch() plans the predictable next step (same rows, one
+    token each, no row opening a page) while the GPU runs this one."""
 
     headroom = 2.0
-    incremental = True
 
     def __init__(self, *a, planner: str = "auto", **k):
         super().__init__(*a, **k)
         self.planner = planner
-        self.tree = None
-        self.last_rows: Optional[List[int]] = None
-        self.ahead = None  # (rows, lens, tree, plan) of the predicted next step
-        self.changes, self._prev_rows = 0, None  # consecutive steps that reshaped the batch
-        self.tree_updates = {"rebuild": 0, "incremental": 0, "planned_ahead": 0}
         self.name = "treeattn" if planner == "auto" else f"treeattn-{planner}"
-        self.preset = _cuda_preset(self.device)
-        self.kv_dtype = "float16" if self.dtype == torch.float32 else str(self.dtype)
-        self.plans: Dict[Optional[int], "treeattn.Plan"] = {}
-        self.cur = None
+        self.core: Optional[ServingCore] = None
+        self.changes, self._prev_rows = 0, None  # consecutive steps that reshaped the batch
 
-    def _plan(self, tree, headroom=1.0):
-        return treeattn.plan(tree, self.H, self.Hk, self.D, planner=self.planner,
-                             device=self.preset, dtype=self.kv_dtype, headroom=headroom)
+    @property
+    def tree_updates(self) -> Dict[str, int]:
+        c = self.core.sync.counts if self.core is not None else {}
+        return {"rebuild": c.get("rebuild", 0),
+                "incremental": c.get("incremental", 0) + c.get("unchanged", 0),
+                "planned_ahead": self.core.counts["planned_ahead"] if self.core else 0}
+
+    def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
+        if self.core is None:
+            self.core = ServingCore(
+                self.H, self.Hk, self.D, meta.page_size, num_pages=meta.num_pages,
+                device=self.device, planner=self.planner, preset=_cuda_preset(self.device),
+                kv_dtype="float16" if self.dtype == torch.float32 else str(self.dtype),
+                headroom=self.headroom)
+        self.core.sync.verify = VERIFY_TREE
+        rows = meta.row_seqs or [0] * meta.rows
+        P = meta.page_size
+        bt = np.zeros((meta.rows, max((n + P - 1) // P for n in meta.seq_lens)), np.int64)
+        for r, (t, n) in enumerate(zip(meta.block_tables, meta.seq_lens)):
+            m = (n + P - 1) // P
+            bt[r, :m] = t[:m]
+        lens = np.array([n if s >= 0 else 0 for n, s in zip(meta.seq_lens, rows)], np.int64)
+        return self.core.prepare(bt, lens, key)
 
     def prefetch(self, meta: StepMeta) -> None:
-        """Called while the GPU runs the step just prepared: plans the next step now when it is
-        predictable (the same rows, one token each, no row opening a page), so that its
-        prepare() only checks the prediction and uploads."""
-        self.ahead = None
         rows = meta.row_seqs
         self.changes = (self.changes + 1) if meta.cow or rows != self._prev_rows else 0
         self._prev_rows = rows
-        if not self.incremental or self.tree is None or rows is None or self.changes >= 2:
-            return  # (every step reshapes the batch, e.g. beams or drafts: no use trying)
-        P = meta.page_size
-        if any(s >= 0 and n % P == 0 for n, s in zip(meta.seq_lens, rows)):
-            return  # some row opens a page next step: its id is the KV manager's choice
-        tree = self.tree.copy()
-        try:
-            for q, sid in enumerate(rows):
-                if sid >= 0:
-                    tree.append_tokens(q, 1, [])
-        except ValueError:  # would need a page (a query not alone on its leaf)
-            return
-        lens = [n + 1 if sid >= 0 else n for n, sid in zip(meta.seq_lens, rows)]
-        self.ahead = (list(rows), lens, tree, self._plan(tree))
-
-    def _tree_and_plan(self, meta: StepMeta):
-        ahead, self.ahead = self.ahead, None
-        if (ahead is not None and not meta.cow and meta.row_seqs == ahead[0]
-                and list(meta.seq_lens) == ahead[1] and all(p < 0 for p in meta.new_pages)):
-            self.tree = ahead[2]
-            self.tree_updates["planned_ahead"] += 1
-            self._verify(meta)
-            return self.tree, ahead[3]
-        tree = self._tree(meta)
-        return tree, self._plan(tree)
-
-    def _verify(self, meta: StepMeta) -> None:
-        if not VERIFY_TREE:
-            return
-        bt, lens = self.tree.to_block_tables()
-        assert list(lens) == list(meta.seq_lens), "incremental tree: lengths differ"
-        P = meta.page_size
-        for r, n in enumerate(meta.seq_lens):
-            m = (n + P - 1) // P
-            assert list(bt[r][:m]) == list(meta.block_tables[r][:m]), \
-                f"incremental tree: row {r} pages differ"
-
-    def _tree(self, meta: StepMeta):
-        rows = meta.row_seqs
-        if (self.incremental and self.tree is not None and rows is not None and not meta.cow
-                and rows == self.last_rows):
-            for q, (sid, page) in enumerate(zip(rows, meta.new_pages)):
-                if sid >= 0:
-                    self.tree.append_tokens(q, 1, [page] if page >= 0 else [])
-            self.tree_updates["incremental"] += 1
-            self._verify(meta)
-        else:
-            self.tree = treeattn.PrefixTree.from_block_tables(
-                meta.block_tables, meta.seq_lens, page_size=meta.page_size,
-                num_pages=meta.num_pages)
-            self.tree.free_pages = []  # every page comes from the KV manager
-            self.tree_updates["rebuild"] += 1
-        self.last_rows = list(rows) if rows is not None else None
-        return self.tree
-
-    def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
-        tree, new = self._tree_and_plan(meta)
-        self.last_rows = list(meta.row_seqs) if meta.row_seqs is not None else None
-        if key is None and self.device.type != "cuda":
-            self.cur = new
-            return True
-        # GPU: one device workspace per graph key (None: eager), refreshed in place
-        old = self.plans.get(key)
-        if old is not None and old.fits(new):
-            old.update(new)
-            self.cur = old
-            return True
-        p = self._plan(tree, self.headroom)
-        if self.device.type == "cuda":
-            p.to_device(self.device)
-        self.plans[key] = self.cur = p
-        return key is None
+        if self.core is not None and rows is not None and self.changes < 2:
+            self.core.prefetch()  # (every step reshapes the batch, e.g. beams: no use trying)
 
     def attend(self, layer, q, kc, vc):
-        return treeattn.decode(q, kc, vc, self.cur)
+        return self.core.decode(q, kc, vc)
 
 
 class SdpaBackend(Backend):

@@ -1,0 +1,2 @@
+"""treeattn.integrations: plugins that put treeattn's decode attention inside serving engines
+(vllm: ``pip install 'treeattn[vllm]'``, see docs/vllm.md)."""

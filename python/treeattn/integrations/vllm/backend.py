@@ -1,0 +1,321 @@
+"""TreeAttnBackend: vLLM 0.33.0's attention-backend interface over treeattn.serving.
+
+What runs where, per step (vLLM orders the batch decodes first: reorder_batch_threshold = 1):
+* decode requests (query length 1): treeattn. The builder hands their block tables and
+  sequence lengths to one :class:`~treeattn.serving.ServingCore` per KV-cache group (tree update,
+  plan, in-place refresh of the persistent device plan); every layer's forward() runs the plan
+  on the layer's cache, K and V read as strided views of vLLM's packed per-layer cache
+  ``[num_blocks, num_kv_heads, block_size, 2 * head_size]``.
+* prefill, chunked-prefill and speculative-verification requests (query length > 1): vLLM's own
+  FlashAttention (FlashAttentionMetadataBuilder / FlashAttentionImpl on the prefill slice of the
+  batch). ``TreeAttnImpl.prefill_fn`` replaces it where FlashAttention cannot run (the CPU
+  contract tests set a torch reference there).
+* the KV-cache write (do_kv_cache_update): vLLM's reshape_and_cache_flash on CUDA, an index copy
+  on CPU tensors.
+
+vLLM gives a builder no host copy of the block table (its model runner V2 gathers the batch's
+block table on the GPU), so build() copies the decode rows' block-table prefix to the host: one
+device-to-host copy per step. Sequence lengths come from ``seq_lens_cpu_upper_bound``, exact
+without speculative decoding (with it, the lengths are copied too).
+
+CUDA graphs: ``_cudagraph_support = NEVER``. A captured graph would keep the device plan of its
+capture, and a later step whose plan outgrows that workspace cannot make vLLM capture again;
+so vLLM runs this backend's attention eagerly between its piecewise graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Optional
+
+import numpy as np
+import torch
+
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+)
+from vllm.v1.attention.backends.utils import split_decodes_and_prefills
+from vllm.v1.kv_cache_interface import KVCacheLayout
+
+from ... import _api
+from ...serving import ServingCore, split_packed_kv
+from . import load_config
+
+__all__ = ["TreeAttnBackend", "TreeAttnImpl", "TreeAttnMetadata", "TreeAttnMetadataBuilder"]
+
+#: head sizes treeattn's CUDA kernels are compiled for
+HEAD_SIZES = [64, 128, 256]
+
+
+class TreeAttnBackend(AttentionBackend):
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
+    supported_kv_cache_dtypes: ClassVar[list] = ["auto", "float16", "bfloat16"]
+    forward_includes_kv_cache_update: bool = False
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"
+
+    @staticmethod
+    def get_impl_cls() -> type["TreeAttnImpl"]:
+        return TreeAttnImpl
+
+    @staticmethod
+    def get_builder_cls() -> type["TreeAttnMetadataBuilder"]:
+        return TreeAttnMetadataBuilder
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return list(HEAD_SIZES)
+
+    @classmethod
+    def supports_compute_capability(cls, capability) -> bool:
+        return capability.major >= 8  # kernels for sm_80 and sm_90a
+
+    @classmethod
+    def supported_kv_cache_layouts(cls) -> tuple[KVCacheLayout, ...]:
+        # K/V are read through strides with head_size contiguous; both per-layer layouts work
+        return (KVCacheLayout.LBNHC, KVCacheLayout.LBHNC)
+
+    @classmethod
+    def validate_configuration(cls, head_size: int, dtype: torch.dtype, kv_cache_dtype,
+                               block_size: int | None, use_mla: bool, has_sink: bool,
+                               use_sparse: bool, use_mm_prefix: bool,
+                               use_per_head_quant_scales: bool, device_capability,
+                               attn_type: str, has_sliding_window: bool = False,
+                               use_non_causal: bool = False, use_batch_invariant: bool = False,
+                               use_kv_connector: bool = False, use_pcp: bool = False,
+                               use_adaptive_verification: bool = False, use_dcp: bool = False,
+                               use_rswa: bool = False) -> list[str]:
+        reasons = super().validate_configuration(
+            head_size, dtype, kv_cache_dtype, block_size, use_mla, has_sink, use_sparse,
+            use_mm_prefix, use_per_head_quant_scales, device_capability, attn_type,
+            has_sliding_window, use_non_causal, use_batch_invariant, use_kv_connector, use_pcp,
+            use_adaptive_verification, use_dcp, use_rswa)
+        detail = {
+            "head_size not supported": f"head_size {head_size} (treeattn kernels: {HEAD_SIZES})",
+            "dtype not supported": f"dtype {dtype} (treeattn: float16, bfloat16)",
+            "kv_cache_dtype not supported":
+                f"kv_cache_dtype {kv_cache_dtype!r} (treeattn: auto, float16, bfloat16; no fp8)",
+            "MLA not supported": "MLA (treeattn runs multi-head / grouped-query attention)",
+            "sliding window not supported": "sliding window (treeattn attends the whole prefix)",
+        }
+        return [f"treeattn: {detail.get(r, r)}" for r in reasons]
+
+
+@dataclass
+class TreeAttnMetadata:
+    num_actual_tokens: int
+    num_decodes: int
+    num_decode_tokens: int
+    num_prefills: int
+    num_prefill_tokens: int
+    slot_mapping: torch.Tensor
+    #: treeattn plan of the decode rows (None without decodes)
+    plan: Optional[_api.Plan] = None
+    #: the prefill requests' slice of the common metadata (None without prefills)
+    prefill: Optional[CommonAttentionMetadata] = None
+    #: FlashAttention metadata of that slice (CUDA only)
+    prefill_fa: Any = None
+
+
+def _slice_from(cm: CommonAttentionMetadata, reqs: int, tokens: int) -> CommonAttentionMetadata:
+    """The requests [reqs, num_reqs) and tokens [tokens, num_actual_tokens) of `cm`."""
+    def cut(x, n):
+        return x[n:] if x is not None else None
+
+    return CommonAttentionMetadata(
+        query_start_loc=cm.query_start_loc[reqs:] - tokens,
+        query_start_loc_cpu=cm.query_start_loc_cpu[reqs:] - tokens,
+        seq_lens=cm.seq_lens[reqs:],
+        num_reqs=cm.num_reqs - reqs,
+        num_actual_tokens=cm.num_actual_tokens - tokens,
+        max_query_len=cm.max_query_len,
+        max_seq_len=cm.max_seq_len,
+        block_table_tensor=cm.block_table_tensor[reqs:],
+        slot_mapping=cm.slot_mapping[tokens:],
+        causal=cm.causal if not isinstance(cm.causal, torch.Tensor) else cm.causal[reqs:],
+        seq_lens_cpu_upper_bound=cut(cm.seq_lens_cpu_upper_bound, reqs),
+        positions=cut(cm.positions, tokens),
+        is_prefilling=cut(cm.is_prefilling, reqs),
+    )
+
+
+def _sync_allowed():
+    try:
+        from vllm.utils.gpu_sync_debug import gpu_sync_allowed
+    except ImportError:  # pragma: no cover - other vLLM versions
+        import contextlib
+
+        return contextlib.nullcontext()
+    return gpu_sync_allowed()
+
+
+def _host(x: torch.Tensor) -> np.ndarray:
+    if x.device.type == "cpu":
+        return x.numpy()
+    with _sync_allowed():
+        return x.to("cpu").numpy()
+
+
+def _preset_for(device: torch.device) -> str:
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device).lower()
+        for p in ("h200", "h100", "a100"):
+            if p in name:
+                return p
+    return "h100"
+
+
+class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+    reorder_batch_threshold: int | None = 1
+
+    def __init__(self, kv_cache_spec, layer_names: list[str], vllm_config,
+                 device: torch.device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self._init_reorder_batch_threshold(1)
+        cfg = load_config()
+        model = vllm_config.model_config
+        heads = model.get_num_attention_heads(vllm_config.parallel_config)
+        num_pages = getattr(vllm_config.cache_config, "num_gpu_blocks", None) or 0
+        self.page_size = kv_cache_spec.block_size
+        self.exact_seq_lens = getattr(vllm_config, "speculative_config", None) is None
+        self.core = ServingCore(
+            heads, kv_cache_spec.num_kv_heads, kv_cache_spec.head_size, self.page_size,
+            num_pages=int(num_pages), device=device, planner=cfg["planner"],
+            preset=cfg["preset"] or _preset_for(torch.device(device)),
+            kv_dtype=kv_cache_spec.dtype, headroom=cfg["headroom"])
+        self._fa_builder = None
+
+    def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
+              fast_build: bool = False) -> TreeAttnMetadata:
+        cm = common_attn_metadata
+        nd, npf, ndt, npt = split_decodes_and_prefills(cm, decode_threshold=1)
+        md = TreeAttnMetadata(num_actual_tokens=cm.num_actual_tokens, num_decodes=nd,
+                              num_decode_tokens=ndt, num_prefills=npf, num_prefill_tokens=npt,
+                              slot_mapping=cm.slot_mapping)
+        if nd:
+            if self.exact_seq_lens and cm.seq_lens_cpu_upper_bound is not None:
+                lens = np.asarray(cm.seq_lens_cpu_upper_bound[:nd])
+            else:
+                lens = _host(cm.seq_lens[:nd])
+            cols = max(1, -(-int(lens.max()) // self.page_size))
+            bt = _host(cm.block_table_tensor[:nd, :cols])
+            self.core.prepare(bt, lens)
+            md.plan = self.core.plan
+        if npf:
+            md.prefill = _slice_from(cm, nd, ndt)
+            if torch.device(self.device).type == "cuda":
+                md.prefill_fa = self._flash_builder().build(0, md.prefill, fast_build)
+        return md
+
+    def _flash_builder(self):
+        if self._fa_builder is None:
+            from vllm.v1.attention.backends.flash_attn import FlashAttentionMetadataBuilder
+
+            self._fa_builder = FlashAttentionMetadataBuilder(
+                self.kv_cache_spec, self.layer_names, self.vllm_config, self.device)
+        return self._fa_builder
+
+
+class TreeAttnImpl(AttentionImpl[TreeAttnMetadata]):
+    #: callable(query, k_cache, v_cache, prefill_metadata, output, scale) for the prefill
+    #: tokens where FlashAttention cannot run (tests on CPU); None: FlashAttentionImpl
+    prefill_fn: Optional[Callable[..., None]] = None
+
+    def __init__(self, num_heads: int, head_size: int, scale: float,
+                 num_kv_heads: int | None = None, alibi_slopes: list[float] | None = None,
+                 sliding_window: int | None = None, kv_cache_dtype: str = "auto",
+                 logits_soft_cap: float | None = None, attn_type: str = AttentionType.DECODER,
+                 kv_sharing_target_layer_name: str | None = None) -> None:
+        refuse = []
+        if alibi_slopes is not None:
+            refuse.append("ALiBi slopes")
+        if sliding_window is not None:
+            refuse.append(f"sliding window ({sliding_window})")
+        if logits_soft_cap:
+            refuse.append(f"logits soft-cap ({logits_soft_cap})")
+        if attn_type != AttentionType.DECODER:
+            refuse.append(f"attention type {attn_type!r} (decoder self-attention only)")
+        if kv_cache_dtype not in ("auto", "float16", "bfloat16"):
+            refuse.append(f"kv_cache_dtype {kv_cache_dtype!r} (float16 / bfloat16 KV only)")
+        if head_size not in HEAD_SIZES:
+            refuse.append(f"head_size {head_size} (kernels for {HEAD_SIZES})")
+        if refuse:
+            raise NotImplementedError("treeattn vLLM backend does not support " +
+                                      "; ".join(refuse))
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads: {num_heads} is not a multiple of num_kv_heads "
+                             f"{self.num_kv_heads}")
+        self.kv_cache_dtype = kv_cache_dtype
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self._init_args = (num_heads, head_size, scale, self.num_kv_heads, alibi_slopes,
+                           sliding_window, kv_cache_dtype, logits_soft_cap, attn_type,
+                           kv_sharing_target_layer_name)
+        self._fa_impl = None
+
+    def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                kv_cache: torch.Tensor, attn_metadata: TreeAttnMetadata, output: torch.Tensor,
+                output_scale: torch.Tensor | None = None,
+                output_block_scale: torch.Tensor | None = None) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("treeattn vLLM backend: fused output quantization is not "
+                                      "supported")
+        if attn_metadata is None:  # profiling run
+            return output.fill_(0)
+        md = attn_metadata
+        k_cache, v_cache = split_packed_kv(kv_cache, self.head_size)
+        nd = md.num_decode_tokens
+        if nd:
+            _api.decode(query[:nd], k_cache, v_cache, md.plan, out=output[:nd],
+                        sm_scale=self.scale)
+        if md.num_prefills:
+            q = query[nd:md.num_actual_tokens]
+            out = output[nd:md.num_actual_tokens]
+            if self.prefill_fn is not None:
+                self.prefill_fn(q, k_cache, v_cache, md.prefill, out, self.scale)
+            elif query.device.type != "cuda":
+                raise NotImplementedError(
+                    "treeattn vLLM backend: prefill tokens run on vLLM's FlashAttention, which "
+                    "needs CUDA tensors; set TreeAttnImpl.prefill_fn to run them elsewhere")
+            else:
+                self._flash_impl().forward(layer, q, key[nd:md.num_actual_tokens],
+                                           value[nd:md.num_actual_tokens], kv_cache,
+                                           md.prefill_fa, out)
+        return output
+
+    def do_kv_cache_update(self, layer, key: torch.Tensor, value: torch.Tensor,
+                           kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        k_cache, v_cache = split_packed_kv(kv_cache, self.head_size)
+        if kv_cache.device.type == "cuda":
+            from vllm.v1.attention.backends.fa_utils import reshape_and_cache_flash
+
+            reshape_and_cache_flash(key, value, k_cache, v_cache, slot_mapping,
+                                    self.kv_cache_dtype, layer._k_scale, layer._v_scale)
+            return
+        n = slot_mapping.shape[0]
+        P = k_cache.shape[1]
+        slots = slot_mapping.long()
+        keep = slots >= 0  # negative slots: padding tokens, not written
+        pages, offs = slots[keep] // P, slots[keep] % P
+        k_cache[pages, offs] = key[:n][keep].to(k_cache.dtype)
+        v_cache[pages, offs] = value[:n][keep].to(v_cache.dtype)
+
+    def _flash_impl(self):
+        if self._fa_impl is None:
+            from vllm.v1.attention.backends.flash_attn import FlashAttentionImpl
+
+            self._fa_impl = FlashAttentionImpl(*self._init_args)
+        return self._fa_impl
+

@@ -1,0 +1,177 @@
+"""ServingCore: treeattn decode for a serving engine, one step at a time.
+
+Per step, on the host: :meth:`ServingCore.prepare` takes the engine's host copies of the block
+tables and sequence lengths of the decode rows, brings the prefix tree up to date
+(:class:`~treeattn.serving.TreeSync`), plans it, and refreshes the persistent device plan of the
+step's graph key in place (``Plan.update``: one host->device copy of the metadata on the
+current stream, no synchronization). Per layer: :meth:`ServingCore.decode` runs the plan on the
+engine's KV cache into the caller's output buffer, so a step can be captured in a CUDA graph
+once and replayed with new metadata. :meth:`ServingCore.prefetch` plans the predictable next
+step (every row appends one token into its current page) while the GPU runs this one.
+
+KV layouts: separate K and V caches ``[num_pages, page_size, num_kv_heads, head_dim]`` (any
+strides with head_dim contiguous), the combined ``[num_pages, 2, page_size, num_kv_heads,
+head_dim]`` (v_cache=None), and vLLM's packed per-layer cache ``[num_blocks, num_kv_heads,
+block_size, 2 * head_size]`` (K in the first head_size entries of the last dim, V in the rest;
+any of vLLM's stride orders) through :func:`split_packed_kv`, which returns strided K/V views
+without copying.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Hashable, Optional, Tuple
+
+import numpy as np
+
+from .. import _api
+from .tree_sync import TreeSync
+
+__all__ = ["ServingCore", "split_packed_kv"]
+
+
+def split_packed_kv(kv_cache: Any, head_size: int) -> Tuple[Any, Any]:
+    """(k_cache, v_cache) views ``[num_blocks, block_size, num_kv_heads, head_size]`` of vLLM's
+    packed per-layer cache ``[num_blocks, num_kv_heads, block_size, 2 * head_size]`` (a torch
+    tensor; no copy). Raises ValueError naming 'kv_cache' on another shape."""
+    shape = tuple(getattr(kv_cache, "shape", ()))
+    if len(shape) != 4 or shape[3] != 2 * head_size:
+        raise ValueError(f"kv_cache: expected [num_blocks, num_kv_heads, block_size, "
+                         f"2*head_size={2 * head_size}], got shape {shape}")
+    kv = kv_cache.transpose(1, 2)
+    return kv[..., :head_size], kv[..., head_size:]
+
+
+class ServingCore:
+    """Decode attention of one model (one head configuration) for a serving engine.
+
+    num_qo_heads / num_kv_heads / head_dim: the attention shape; page_size: tokens per KV page;
+    num_pages: pages in the cache (0: unknown). device: where decode runs (a torch device or
+    'cpu' / 'cuda:N'); on CUDA every graph key keeps a device plan allocated with `headroom`
+    and refreshed in place. planner / preset / kv_dtype: treeattn.plan's planner, cost-model
+    preset and KV element type. pad_page: page read by padding rows (length 0).
+    """
+
+    def __init__(self, num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int, *,
+                 num_pages: int = 0, device: Any = "cpu", planner: str = "auto",
+                 preset: str = "h100", kv_dtype: Any = "float16", headroom: float = 2.0,
+                 pad_page: int = 0, verify: bool = False) -> None:
+        for name, v in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
+                        ("head_dim", head_dim)):
+            _api._int_arg(name, v, 1)
+        if num_qo_heads % num_kv_heads:
+            raise ValueError(f"num_qo_heads: {num_qo_heads} is not a multiple of num_kv_heads "
+                             f"{num_kv_heads}")
+        if planner not in _api._ext.planners():
+            raise ValueError(f"planner: unknown {planner!r}, expected one of "
+                             f"{_api._ext.planners()}")
+        _api._ext.DeviceInfo.preset(preset)  # raises ValueError naming 'preset' / the name
+        _api._dtype_bytes(kv_dtype)
+        if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or headroom < 1:
+            raise ValueError(f"headroom: expected a number >= 1, got {headroom!r}")
+        self.shape = (int(num_qo_heads), int(num_kv_heads), int(head_dim))
+        self.planner, self.preset, self.kv_dtype = planner, preset, kv_dtype
+        self.headroom = float(headroom)
+        self.device = _device_of(device)
+        self.sync = TreeSync(page_size, num_pages, pad_page=pad_page, verify=verify)
+        #: device plan per graph key (CUDA), refreshed in place by prepare()
+        self.plans: Dict[Optional[Hashable], _api.Plan] = {}
+        #: the plan decode() runs (set by prepare())
+        self.plan: Optional[_api.Plan] = None
+        self._ahead = None  # (bt, lens, TreeSync state, plan) of the predicted next step
+        self.counts = {"planned_ahead": 0}
+
+    @property
+    def tree(self):
+        return self.sync.tree
+
+    def _plan(self, tree, headroom: float = 1.0) -> _api.Plan:
+        H, Hk, D = self.shape
+        return _api.plan(tree, H, Hk, D, planner=self.planner, device=self.preset,
+                         dtype=self.kv_dtype, headroom=headroom)
+
+    def prepare(self, block_tables: Any, seq_lens: Any, key: Optional[Hashable] = None) -> bool:
+        """Host work of one step: tree update, plan, device metadata refresh.
+
+        block_tables [rows, max_pages] and seq_lens [rows]: host integer arrays (numpy or CPU
+        tensors), one row per decode query, in the order of decode()'s q rows; length 0 marks a
+        padding row. key: the CUDA-graph key of the step (e.g. its padded row count), or None for
+        an eager step. Returns False when the key's device plan had to be (re)allocated (a graph
+        captured for that key must be captured again), True otherwise."""
+        new = self._take_ahead(block_tables, seq_lens)
+        if new is None:
+            new = self._plan(self.sync.update(block_tables, seq_lens))
+        if self.device.type != "cuda":
+            self.plan = new
+            return True
+        old = self.plans.get(key)
+        if old is not None and old.fits(new):
+            self.plan = old.update(new)
+            return True
+        p = self._plan(new.tree, self.headroom)
+        p._tree_ref = new._tree_ref  # same tree version as `new`
+        p.to_device(self.device)
+        self.plans[key] = self.plan = p
+        return old is None and key is None
+
+    def prefetch(self, grow: Any = None) -> bool:
+        """Plans the predictable next step now (call it while the GPU runs this one): every row
+        (or those where the boolean mask `grow` is set; default: every row that is not padding)
+        appends one token into its current page. prepare() then uses this plan when the block
+        tables and lengths it gets are exactly the predicted ones. Returns whether a plan was
+        made (none when some growing row would open a page)."""
+        self._ahead = None
+        s = self.sync
+        if s.tree is None:
+            return False
+        bt, lens = s._bt, s._lens
+        g = ~s._pad if grow is None else np.asarray(grow, bool)
+        if g.shape != lens.shape:
+            raise ValueError(f"grow: expected {lens.shape[0]} entries, got shape {g.shape}")
+        if (lens[g] % s.page_size == 0).any():
+            return False
+        nxt = lens + g.astype(np.int64)
+        state = (s.tree, s._bt, s._lens, s._pad, dict(s.counts), s.last_path)
+        s.tree = s.tree.copy()
+        try:
+            tree = s.update(bt, np.where(s._pad, 0, nxt))
+            plan = self._plan(tree)
+            self._ahead = (bt, nxt, (s.tree, s._bt, s._lens, s._pad, dict(s.counts),
+                                     s.last_path), plan)
+        finally:
+            s.tree, s._bt, s._lens, s._pad, s.counts, s.last_path = state
+        return True
+
+    def _take_ahead(self, block_tables: Any, seq_lens: Any) -> Optional[_api.Plan]:
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        bt, lens, _ = self.sync._normalize(block_tables, seq_lens)
+        if not (np.array_equal(lens, ahead[1]) and bt.shape == ahead[0].shape
+                and np.array_equal(bt, ahead[0])):
+            return None
+        s = self.sync
+        s.tree, s._bt, s._lens, s._pad, s.counts, s.last_path = ahead[2]
+        self.counts["planned_ahead"] += 1
+        if s.verify:
+            s.check(bt, lens)
+        return ahead[3]
+
+    def decode(self, q: Any, k_cache: Any, v_cache: Any = None, out: Any = None,
+               sm_scale: Optional[float] = None) -> Any:
+        """Decode attention of this step's plan: q [rows, num_qo_heads, head_dim] -> out (the
+        caller's persistent buffer when given). Same layouts and errors as treeattn.decode."""
+        if self.plan is None:
+            raise ValueError("plan: no step prepared yet: call prepare() first")
+        return _api.decode(q, k_cache, v_cache, self.plan, out=out, sm_scale=sm_scale)
+
+
+def _device_of(device: Any):
+    import torch
+
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        return torch.device(device)
+    if device is None:
+        return torch.device("cpu")
+    raise TypeError(f"device: expected a torch.device or a string, got {type(device).__name__}")

@@ -1,0 +1,200 @@
+"""treeattn.serving on the CPU: TreeSync keeps its tree equal to block tables made by a real paged
+KV manager (prefix sharing, forks with copy-on-write, finished requests, moved rows, padding)
+while taking the incremental path on most steps; ServingCore.decode matches the float64 oracle
+over the block tables on every KV layout (separate, combined, vLLM's packed cache in both of its
+stride orders); prefetch; argument errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import numpy_oracle
+from treeattn.engine.kv import KVCache
+from treeattn.serving import ServingCore, TreeSync, split_packed_kv
+
+P = 4
+
+
+class Batch:
+    """Requests over a KVCache (no tensors): shared prompts, forks, finishes; rows as an engine's
+    persistent batch keeps them (a finished row is filled by the last one, vLLM's condense)."""
+
+    def __init__(self, seed: int, num_pages: int = 4000):
+        self.rng = np.random.default_rng(seed)
+        self.kv = KVCache(1, num_pages, P, 1, 8, allocate=False)
+        self.rows: list = []
+        self.prompts = [list(self.rng.integers(0, 50, 23)) for _ in range(3)]
+
+    def join(self):
+        base = self.prompts[int(self.rng.integers(0, 3))]
+        prompt = base[: int(self.rng.integers(5, len(base)))] + list(self.rng.integers(0, 50, 3))
+        sid, cached = self.kv.new_seq(prompt)
+        for t in prompt[cached:]:
+            self.kv.append(sid, int(t))
+        self.rows.append(sid)
+
+    def step(self, fork: bool = False):
+        r = self.rng.random()
+        if len(self.rows) < 3 or r < 0.2:
+            self.join()
+        elif r < 0.3:
+            i = int(self.rng.integers(0, len(self.rows)))
+            self.kv.free_seq(self.rows[i])
+            self.rows[i] = self.rows[-1]
+            self.rows.pop()
+        elif fork and r < 0.35:
+            self.rows += self.kv.fork(self.rows[int(self.rng.integers(0, len(self.rows)))], 2)
+        for sid in self.rows:
+            self.kv.append(sid, int(self.rng.integers(0, 50)))
+        self.kv.take_copies()
+
+    def tables(self, pad: int = 0):
+        lens = [self.kv.length(s) for s in self.rows] + [0] * pad
+        width = max((n + P - 1) // P for n in lens) + 2
+        bt = np.zeros((len(lens), width), np.int32)
+        for r, s in enumerate(self.rows):
+            pages = self.kv.block_table(s)
+            bt[r, : len(pages)] = pages
+        return bt, np.array(lens, np.int64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tree_sync_equals_block_tables_and_is_incremental(seed):
+    b = Batch(seed)
+    sync = TreeSync(P, b.kv.num_pages, verify=True)  # verify: tree == block tables every step
+    for i in range(120):
+        b.step(fork=seed % 2 == 1)
+        bt, lens = b.tables(pad=int(i % 7 == 0))
+        sync.update(bt, lens)
+    c = sync.counts
+    assert c["incremental"] > c["rebuild"] > 0, c
+
+
+def test_tree_sync_paths():
+    sync = TreeSync(P, 64, verify=True)
+    bt = np.array([[1, 2, 3, 0], [1, 2, 4, 0], [5, 6, 0, 0]])
+    sync.update(bt, [10, 9, 7])
+    assert sync.last_path == "rebuild"
+    sync.update(bt, [10, 9, 7])
+    assert sync.last_path == "unchanged"
+    bt[0, 3] = 7
+    sync.update(bt, [13, 10, 8])  # appends, one into a new page
+    assert sync.last_path == "incremental"
+    sync.update(bt[[0, 2]], [13, 8])  # row 1 finished, row 2 moved up
+    assert sync.last_path == "incremental"
+    sync.update([[1, 2, 3, 7], [5, 6, 0, 0], [1, 2, 9, 0]], [13, 8, 9])  # joins at a boundary
+    assert sync.last_path == "incremental"
+    sync.update([[1, 2, 3, 7], [5, 6, 0, 0], [1, 2, 9, 0], [8, 0, 0, 0]], [13, 8, 9, 2])
+    assert sync.last_path == "rebuild"  # a new root
+
+
+def test_tree_sync_partial_page_not_alone_falls_back():
+    """Two rows share a partly filled page (a fork before copy-on-write); when one keeps filling
+    it in place, the tree cannot grow that shared node: the step must rebuild, not put the new
+    token on another page."""
+    sync = TreeSync(P, 64, verify=True)
+    sync.update([[1, 2], [1, 2]], [6, 6])
+    sync.update([[1, 2], [1, 3]], [7, 7])  # row 1 copied page 2 into 3, row 0 kept 2
+    assert sync.last_path == "rebuild"
+
+
+def _caches(rng, num_pages, H, Hk, D, layout):
+    """(k, v, kv_args) in `layout`: 'split', 'combined', 'packed-nhd' (vLLM LBNHC: physical
+    [B, N, H, 2D]) or 'packed-hnd' (LBHNC: physical [B, H, N, 2D])."""
+    k = torch.from_numpy(rng.uniform(-1, 1, (num_pages, P, Hk, D)).astype(np.float32))
+    v = torch.from_numpy(rng.uniform(-1, 1, (num_pages, P, Hk, D)).astype(np.float32))
+    if layout == "split":
+        return k, v, (k, v)
+    if layout == "combined":
+        return k, v, (torch.stack([k, v], 1), None)
+    packed = torch.cat([k, v], -1)  # [B, N, H, 2D]
+    if layout == "packed-nhd":
+        cache = packed.transpose(1, 2)  # logical [B, H, N, 2D] over physical [B, N, H, 2D]
+    else:
+        cache = packed.transpose(1, 2).contiguous()
+    kk, vv = split_packed_kv(cache, D)
+    assert torch.equal(kk, k) and torch.equal(vv, v)
+    return k, v, (kk, vv)
+
+
+@pytest.mark.parametrize("layout", ["split", "combined", "packed-nhd", "packed-hnd"])
+def test_core_decode_matches_oracle(layout):
+    rng = np.random.default_rng(3)
+    H, Hk, D = 4, 2, 64
+    b = Batch(7, num_pages=400)
+    core = ServingCore(H, Hk, D, P, num_pages=400, verify=True)
+    k, v, (kc, vc) = _caches(rng, 400, H, Hk, D, layout)
+    for i in range(25):
+        b.step(fork=True)
+        bt, lens = b.tables(pad=int(i % 5 == 0))
+        assert core.prepare(bt, lens)
+        q = torch.from_numpy(rng.uniform(-1, 1, (len(lens), H, D)).astype(np.float32))
+        out = torch.full_like(q, float("nan"))
+        res = core.decode(q, kc, vc, out=out)
+        assert res is out
+        real = lens > 0
+        ref, _ = numpy_oracle(q.numpy()[real], k.numpy(), v.numpy(), bt[real], lens[real])
+        np.testing.assert_allclose(out.numpy()[real], ref, atol=2e-5)
+        assert torch.isfinite(out).all()  # padding rows too
+    assert core.sync.counts["incremental"] > 0
+
+
+def test_core_prefetch_used_and_exact():
+    rng = np.random.default_rng(5)
+    H, Hk, D = 4, 1, 64
+    core = ServingCore(H, Hk, D, P, num_pages=64, verify=True)
+    k, v, (kc, vc) = _caches(rng, 64, H, Hk, D, "split")
+    bt = np.array([[1, 2, 3, 0], [1, 2, 4, 0], [5, 6, 7, 0], [0, 0, 0, 0]])
+    lens = np.array([9, 9, 9, 0])
+    core.prepare(bt, lens)
+    assert core.prefetch()  # every real row stays in its page
+    lens2 = np.array([10, 10, 10, 0])
+    core.prepare(bt, lens2)
+    assert core.counts["planned_ahead"] == 1
+    q = torch.from_numpy(rng.uniform(-1, 1, (4, H, D)).astype(np.float32))
+    out = core.decode(q, kc, vc)
+    ref, _ = numpy_oracle(q.numpy()[:3], k.numpy(), v.numpy(), bt[:3], lens2[:3])
+    np.testing.assert_allclose(out.numpy()[:3], ref, atol=2e-5)
+    core.prefetch()
+    core.prepare(bt, np.array([11, 10, 10, 0]))  # not the prediction: planned normally
+    assert core.counts["planned_ahead"] == 1
+    assert core.sync.last_path == "incremental"
+
+
+def test_errors_name_the_argument():
+    sync = TreeSync(P, 16)
+    with pytest.raises(ValueError, match="seq_lens"):
+        sync.update([[1, 2]], [-1])
+    with pytest.raises(ValueError, match="block_tables"):
+        sync.update([[1, 2]], [9])  # needs 3 pages
+    with pytest.raises(ValueError, match="block_tables"):
+        sync.update([[1, 20]], [8])  # page out of range
+    with pytest.raises(ValueError, match="block_tables"):
+        sync.update([[1, -2]], [8])
+    with pytest.raises(ValueError, match="block_tables"):
+        sync.update([[1, 2], [3, 4]], [8])
+    with pytest.raises(TypeError, match="block_tables"):
+        sync.update(np.zeros((1, 2), np.float32), [1])
+    with pytest.raises(TypeError, match="block_tables"):
+        sync.update(torch.zeros((1, 2), dtype=torch.int32, device="meta"), [1])
+    with pytest.raises(ValueError, match="page_size"):
+        TreeSync(0)
+    with pytest.raises(ValueError, match="planner"):
+        ServingCore(4, 2, 64, P, planner="nope")
+    with pytest.raises(ValueError, match="num_qo_heads"):
+        ServingCore(3, 2, 64, P)
+    core = ServingCore(4, 2, 64, P, num_pages=16)
+    with pytest.raises(ValueError, match="plan"):
+        core.decode(torch.zeros(1, 4, 64), torch.zeros(16, P, 2, 64), torch.zeros(16, P, 2, 64))
+    with pytest.raises(ValueError, match="kv_cache"):
+        split_packed_kv(torch.zeros(4, 2, P, 16), 16)
+
+
+def test_page_after_two_prefixes_is_refused_naming_block_tables():
+    """A content-deduplicating prefix cache can list one page after two different prefixes; the
+    tree cannot represent that, and the error names the block tables."""
+    sync = TreeSync(P, 16)
+    with pytest.raises(ValueError, match="block_tables: no prefix tree"):
+        sync.update([[1, 2, 8], [3, 4, 8]], [10, 10])
