@@ -262,7 +262,8 @@ def test_decode_random_trees(rng, planner, heads):
     assert_close(ref_lse, want_lse, tol=1e-9)
 
 
-@pytest.mark.parametrize("key", ["fasttree:0", "pat:3", "deft:7", "forge:7", "irregular:5", "irregular:16"])
+@pytest.mark.parametrize("key", ["fasttree:0", "pat:3", "deft:7", "forge:7", "irregular:5", "irregular:16",
+                                 "irregular:20", "irregular:23", "irregular:25"])
 def test_decode_workloads_sampled(rng, key):
     tree = treeattn.PrefixTree.from_workload(key, layout="shuffled", seed=5)
     H, Hk, _ = tree.shape
