@@ -412,6 +412,15 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
+/// The value of an on/off flag (`fallback` when absent); throws naming the flag otherwise.
+bool on_off(const Args& a, const std::string& flag, bool fallback) {
+  if (!a.has(flag)) return fallback;
+  const std::string v = a.str(flag);
+  if (v != "on" && v != "off")
+    throw std::invalid_argument("--" + flag + ": expected on or off, got '" + v + "'");
+  return v == "on";
+}
+
 }  // namespace
 
 int bench_command(int argc, char** argv) {
@@ -420,6 +429,9 @@ int bench_command(int argc, char** argv) {
   flags.push_back({"dtype", true, "fp16 (default) or bf16"});
   flags.push_back({"json", true, "write results as JSON to this file"});
   flags.push_back({"runs", true, "timed runs per line and planner (>= 50, default 50)"});
+  flags.push_back({"cost-latency", true,
+                   "on (default) or off: the cost model's critical-path latency terms "
+                   "(DeviceInfo::latency_terms) for the planners, for a same-binary A/B"});
   flags.push_back({"timeline", true,
                    "after the timed runs, stamp every CTA's phases (7 more runs), write the median "
                    "run as a JSON line per line and planner to FILE and print its critical path"});
@@ -433,6 +445,7 @@ int bench_command(int argc, char** argv) {
   if (dtype != "fp16" && dtype != "bf16")
     throw std::invalid_argument("--dtype: expected fp16 or bf16, got '" + dtype + "'");
   const bool bf16 = dtype == "bf16";
+  const bool cost_latency = on_off(a, "cost-latency", true);
   const int runs = static_cast<int>(a.integer("runs", 50, 50, 100000));
   const uint64_t seed = a.u64("seed", 0);
   const std::vector<std::string> planners = planner_list(planner_arg);
@@ -459,10 +472,13 @@ int bench_command(int argc, char** argv) {
     g_device.num_sms = prop.multiProcessorCount;
     g_device.hbm_read_GBps = hbm;
     g_device.tc_TFLOPs = tc;
+    g_device.latency_terms = cost_latency;
   }
   std::printf(
-      "device: %s, %d SMs, L2 %d MB\nceilings: HBM read %.0f GB/s, fp16 tensor %.0f TFLOP/s\n",
-      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, hbm, tc);
+      "device: %s, %d SMs, L2 %d MB\nceilings: HBM read %.0f GB/s, fp16 tensor %.0f TFLOP/s\n"
+      "cost model latency terms: %s\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, hbm, tc,
+      g_device.latency_terms ? "on" : "off");
 
   FILE* timeline_file = nullptr;
   if (a.has("timeline")) {
