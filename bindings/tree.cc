@@ -268,6 +268,14 @@ void register_tree(nb::module_& m) {
       .def_rw("mask_penalty_m16", &DeviceInfo::mask_penalty_m16)
       .def_rw("cta_bw_factor", &DeviceInfo::cta_bw_factor)
       .def_rw("warpgroup_mma", &DeviceInfo::warpgroup_mma)
+      .def_rw("latency_terms", &DeviceInfo::latency_terms)
+      .def_rw("first_launch_us", &DeviceInfo::first_launch_us)
+      .def_rw("pdl_launch_us", &DeviceInfo::pdl_launch_us)
+      .def_rw("round_trip_us", &DeviceInfo::round_trip_us)
+      .def_rw("cta_fixed_us", &DeviceInfo::cta_fixed_us)
+      .def_rw("prologue_round_trips", &DeviceInfo::prologue_round_trips)
+      .def_rw("merge_release_us", &DeviceInfo::merge_release_us)
+      .def_rw("merge_round_trips", &DeviceInfo::merge_round_trips)
       .def("__repr__", [](const DeviceInfo& d) {
         return "DeviceInfo(name='" + d.name + "', num_sms=" + std::to_string(d.num_sms) +
                ", hbm_read_GBps=" + std::to_string(d.hbm_read_GBps) +

@@ -16,7 +16,7 @@ benchmark file (items and KV bytes read); plans that differ (e.g. auto under a c
 skipped.
 
 Usage: python3 tools/calibrate_cost_model.py bench/results/h100-2026-11-22.json \
-           [--base h100] [--iters 600] [--auto-device h100] [--skip-fit]
+           [--base h100] [--iters 400] [--auto-device h100] [--free a,b,..] [--skip-fit]
 Needs the treeattn package (pip install ., CPU-only is enough). Run by an interpreter without it,
 the script runs itself again with the repository's .venv/bin/python (where tools/setup.sh and
 tools/test.sh install it) when that has it, and otherwise says how to get it.
@@ -68,7 +68,17 @@ FREE = {
     "mask_penalty": (0.5, 0.001, 5.0),  # masked kM64/kM128 items: CTA time x (1 + this)
     "mask_penalty_m16": (0.05, 0.001, 5.0),  # masked kM16 items
     "cta_bw_factor": (1.5, 1.0, 8.0),  # a CTA's KV stream over its HBM share (L2 re-reads)
+    # critical-path latency terms (used when the base device has latency_terms on)
+    "first_launch_us": (4.0, 0.2, 20.0),
+    "pdl_launch_us": (1.0, 0.05, 20.0),
+    "round_trip_us": (0.8, 0.05, 5.0),
+    "cta_fixed_us": (1.2, 0.05, 20.0),
+    "merge_release_us": (2.0, 0.05, 20.0),
 }
+# The terms that only one mode reads: a fit of the other mode leaves them out.
+LATENCY_ONLY = {"first_launch_us", "pdl_launch_us", "round_trip_us", "cta_fixed_us",
+                "merge_release_us"}
+LATENCY_OFF_ONLY = {"launch_overhead_us", "merge_launch_us", "item_overhead_us"}
 FIXED = {"ctas_per_sm": 2, "wide_ctas_per_sm": 4, "m128_ctas_per_sm": 1}
 # The original, uncalibrated kernel terms (the DeviceInfo defaults before the fit).
 LEGACY = {"launch_overhead_us": 2.5, "merge_launch_us": 2.5, "item_overhead_us": 1.0,
@@ -198,6 +208,8 @@ def main():
     ap.add_argument("--json", help="write the fit and the analysis here")
     ap.add_argument("--skip-fit", action="store_true",
                     help="only score the --base preset as it is (after putting a fit into it)")
+    ap.add_argument("--free", help="comma-separated parameters to fit (default: every one the "
+                    "base device's mode reads); the others keep the base device's values")
     args = ap.parse_args()
 
     bench = json.load(open(args.results))
@@ -228,10 +240,17 @@ def main():
     no_mask = with_params(args.base, {"mask_penalty": 0.0, "mask_penalty_m16": 0.0})
     masked_rows = [i for i, (_, p) in enumerate(rows)
                    if p.stats(big_mask)["est_time_us"] > p.stats(no_mask)["est_time_us"]]
-    names = list(FREE)
+    if args.free:
+        names = args.free.split(",")
+        unknown = [k for k in names if k not in FREE]
+        if unknown:
+            ap.error(f"--free: unknown parameters {unknown} (known: {', '.join(FREE)})")
+    else:
+        skip = LATENCY_OFF_ONLY if device(args.base).latency_terms else LATENCY_ONLY
+        names = [k for k in FREE if k not in skip]
 
     def unpack(x):
-        out = dict(FIXED)
+        out = {} if args.free else dict(FIXED)
         for k, v in zip(names, x):
             lo, hi = FREE[k][1], FREE[k][2]
             out[k] = min(hi, max(lo, math.exp(v)))
@@ -241,7 +260,10 @@ def main():
         e = log_errors(ev(unpack(x)), meas)
         return sum(v * v for v in e) / len(e)
 
-    x0 = [math.log(FREE[k][0]) for k in names]
+    # a partial fit (--free) starts from the base device's values
+    base_dev = device(args.base)
+    x0 = [math.log(getattr(base_dev, k) if args.free and getattr(base_dev, k) > 0 else FREE[k][0])
+          for k in names]
     if args.skip_fit:
         fit = {}
     else:

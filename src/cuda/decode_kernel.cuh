@@ -123,6 +123,44 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// ---- timeline (diagnostics, DecodeArgs::timeline) ---------------------------------------------
+// Thread 0 of a CTA stamps the words of its record; with p.timeline null every stamp is one
+// predicated branch on a kernel parameter (no loads). The record index is computed only when a
+// stamp is written, so nothing stays live across the kernel for it.
+
+/// Writes word `w` (TimelineWord) of record rec(): %globaltimer for the two global words, clock64
+/// otherwise. The "memory" clobber keeps the compiler from moving loads and stores across it.
+template <class Rec>
+__device__ __forceinline__ void timeline_stamp(const KernelParams& p, Rec rec, int w) {
+  if (p.timeline == nullptr || threadIdx.x != 0) return;
+  uint64_t v;
+  if (w == kTlGlobalStart || w == kTlGlobalEnd)
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(v)::"memory");
+  else
+    asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(v)::"memory");
+  p.timeline[rec() * kTimelineWords + w] = v;
+}
+/// The record's first words (global start, clock start) and its tag (kernel config `cfg`).
+template <class Rec>
+__device__ __forceinline__ void timeline_begin(const KernelParams& p, Rec rec, int cfg) {
+  if (p.timeline == nullptr || threadIdx.x != 0) return;
+  timeline_stamp(p, rec, kTlGlobalStart);
+  timeline_stamp(p, rec, kTlClockStart);
+  uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+  p.timeline[rec() * kTimelineWords + kTlTag] =
+      (1ull << 63) | (static_cast<uint64_t>(blockIdx.y & 0xfffffu) << 20) |
+      (static_cast<uint64_t>(cfg & 15) << 16) | (sm & 0xffffu);
+}
+/// The record's end words, once every thread of the CTA issued its output stores.
+template <class Rec>
+__device__ __forceinline__ void timeline_end(const KernelParams& p, Rec rec) {
+  if (p.timeline == nullptr) return;
+  __syncthreads();
+  timeline_stamp(p, rec, kTlClockEnd);
+  timeline_stamp(p, rec, kTlGlobalEnd);
+}
+
 /// 2^x (ex2.approx.ftz: 2^-inf = +0).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
@@ -232,10 +270,17 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
   using Traits = typename C::Traits;
   constexpr int HD = C::HD, BN = C::BN, CPT = C::CPT, BNW = C::BNW, WN = C::WN;
 
-  pdl_launch_dependents();
   constexpr int kPlanClass = plan_class(kClass);
+  const auto tl_rec = [&p] {
+    return (static_cast<int64_t>(p.class_item_off[kPlanClass]) + blockIdx.x) *
+               (p.num_qo_heads / p.group) +
+           blockIdx.y;
+  };
+  timeline_begin(p, tl_rec, kClass);
+  pdl_launch_dependents();
   const DeviceItem item = p.items[p.class_item_off[kPlanClass] + static_cast<int>(blockIdx.x)];
   if (item.num_rows == 0) return;  // capacity launched, the plan's items of the class ended
+  timeline_stamp(p, tl_rec, kTlClockItem);
   const int group = p.group;
   // KV heads of this CTA: [kv_head0, kv_head_end), one after the other (the head loop)
   const int hpc = tile::head_loop(kClass) ? heads_per_cta : 1;
@@ -365,6 +410,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       cp_async_wait<C::STAGES - 2>();
       if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
       __syncthreads();
+      if (tile == 0 && kv_head == kv_head0) timeline_stamp(p, tl_rec, kTlClockKv);
       if constexpr (C::Q_IN_REGS) {
         if (tile == 0) {
           if (mma_active) {
@@ -544,6 +590,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     }
 
     // ---- epilogue: stage (O, m, l) of every warp in shared memory (aliases the stages)
+    timeline_stamp(p, tl_rec, kTlClockLoop);  // the last head's stamp stays
     cp_async_wait<0>();
     pdl_wait();  // the previous kernel (e.g. the last call's merge) may still read our outputs
     __syncthreads();
@@ -620,6 +667,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       }
     }
   }
+  timeline_end(p, tl_rec);
 }
 
 // ---- merge kernel
@@ -639,12 +687,16 @@ template <DType kDType, int kHeadDim>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const KernelParams p) {
   using Traits = DTypeTraits<kDType>;
   constexpr int CPT = kHeadDim / 8;
+  const auto tl_rec = [&p] { return p.timeline_merge_base + blockIdx.x; };
+  timeline_begin(p, tl_rec, kTlMergeConfig);
   pdl_launch_dependents();
   pdl_wait();  // partials come from the attention kernels before us
+  timeline_stamp(p, tl_rec, kTlClockKv);
   const int query = blockIdx.x;
   // past the plan's queries merge_indptr is zero, so begin >= end there too
   const int begin = p.merge_indptr[query], end = p.merge_indptr[query + 1];
   if (begin >= end) return;
+  timeline_stamp(p, tl_rec, kTlClockItem);
   const int pairs = p.num_qo_heads * CPT;
   for (int idx = threadIdx.x; idx < pairs; idx += kMergeThreads) {
     const int head = idx / CPT, c = idx - head * CPT;
@@ -677,6 +729,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Kerne
     }
     store_output_chunk<Traits>(p, query, head, c, o, lse);
   }
+  timeline_end(p, tl_rec);
 }
 
 }  // namespace treeattn::cuda_detail

@@ -35,6 +35,8 @@ struct KernelParams {
   int32_t page_shift;  ///< log2(page_size) when it is a power of two, else -1
   float scale_log2;    ///< sm_scale * log2(e): logits are kept in the exp2 domain
   int32_t class_item_off[kNumTileClasses];  ///< PlanLayout::class_item_off
+  uint64_t* timeline;           ///< DecodeArgs::timeline: per-CTA phase stamps; nullptr = off
+  int64_t timeline_merge_base;  ///< timeline record of merge CTA 0 (layout.items x kv heads)
 };
 
 // The tile policy (configs, tile sizes, warps, wide/deep and heads-per-CTA rules) lives in

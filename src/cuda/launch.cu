@@ -154,6 +154,8 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
     if (p.ptr == nullptr) return fail(kBad, "%s: null pointer", p.name);
     if (!aligned16(p.ptr)) return fail(kBad, "%s: must be 16-byte aligned", p.name);
   }
+  if ((reinterpret_cast<uintptr_t>(args.timeline) & 7u) != 0)
+    return fail(kBad, "args.timeline: must be 8-byte aligned");
   const struct {
     int64_t stride;
     const char* name;
@@ -220,6 +222,8 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
   p.scale_log2 = sm_scale * kLog2e;
   for (int c = 0; c < kNumTileClasses; ++c)
     p.class_item_off[c] = static_cast<int32_t>(layout.class_item_off[c]);  // < 2^31 (plan_layout)
+  p.timeline = args.timeline;
+  p.timeline_merge_base = layout.items * shape.num_kv_heads;
 
   const Status st = dispatch_dtype(args.dtype, [&](auto dt) {
     return dispatch_head_dim(shape.head_dim, [&](auto hd) {

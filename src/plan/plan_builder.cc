@@ -305,12 +305,9 @@ double PlanBuilder::cost_us(const DeviceInfo& dev, double prune_above) {
   check_int32_sizes(std::max({row_query_.size(), blocks_.size(), cost_items_.size()}));
   std::vector<int32_t>& count = count_scratch_;
   count_rows(&count);
-  int64_t num_slots = 0, merged = 0;
+  MergeSummary merge;
   for (const int32_t c : count)
-    if (c > 1) {
-      num_slots += c;
-      ++merged;
-    }
+    if (c > 1) merge.add_list(c);
   // A row writes a partial when its query has more than one row in the plan.
   for (RowBlock& b : blocks_) {
     b.partial = 0;
@@ -318,8 +315,8 @@ double PlanBuilder::cost_us(const DeviceInfo& dev, double prune_above) {
   }
   for (size_t i = 0; i < cost_items_.size(); ++i)
     cost_items_[i].partial_rows = blocks_[item_block_[i]].partial;
-  return estimate_items_us(dev, plan_.shape, cost_items_.data(), cost_items_.size(), num_slots,
-                           merged, prune_above);
+  return estimate_items_us(dev, plan_.shape, cost_items_.data(), cost_items_.size(), merge,
+                           prune_above);
 }
 
 }  // namespace treeattn::planners

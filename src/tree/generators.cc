@@ -21,9 +21,27 @@
 //                             with 1-64 tokens of their own (regenerated answers).
 //   spectree batch=B t=T      B requests with contexts of 1024-8191 tokens (log-uniform), each
 //                             with its own random draft tree of T one-token nodes as in specdec.
-// Every name may end in "heads=Q/K" (default 32/8); head_dim is 128.
+//   eagle batch=B depth=D topk=K tokens=T
+//                             B requests with contexts of 512-8191 tokens (log-uniform), each
+//                             with an EAGLE-2-style draft tree of one-token nodes: D levels, each
+//                             expanding the K best nodes of the level above into K children, then
+//                             the T best drafts of all levels kept (scores are integer costs that
+//                             grow along a path, so the kept set is closed under ancestors); a
+//                             query on every kept draft.
+//   beam requests=R width=W steps=S
+//                             R requests with prompts of 256-4095 tokens (log-uniform), each
+//                             decoded by beam search for S steps with W beams: every step's W
+//                             hypotheses extend the beams of the step before (better beams more
+//                             often); hypotheses that died are dropped and chains of one-token
+//                             nodes merged (a radix tree); a query on every live beam.
+//   rollout groups=G samples=S len=L
+//                             RL rollouts: a shared 128-1023-token system prompt, G group prompts
+//                             of 64-2047 tokens (log-uniform) under it, S samples of L/2..L
+//                             tokens under each group prompt; a query per sample.
+// Every name may end in "heads=Q/K" (default 32/8) and "page=P" (default 16); head_dim is 128.
 #include "generators.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <sstream>
 #include <stdexcept>
@@ -38,8 +56,9 @@ namespace treeattn::detail {
 namespace {
 
 // Reads "key=value" (value in [1, max]) from a generator name; throws naming "workload" when
-// absent, malformed or larger than max.
-int32_t name_param(const std::string& name, const std::string& key, int32_t max) {
+// malformed or larger than max, or when absent and `absent` is 0 (else returns `absent`).
+int32_t name_param(const std::string& name, const std::string& key, int32_t max,
+                   int32_t absent = 0) {
   std::istringstream in(name);
   std::string tok;
   while (in >> tok) {
@@ -53,8 +72,8 @@ int32_t name_param(const std::string& name, const std::string& key, int32_t max)
                  "'");
     return static_cast<int32_t>(x);
   }
-  TA_CHECK_ARG(false, "workload", "missing ", key, "= in '", name, "'");
-  return 0;
+  TA_CHECK_ARG(absent != 0, "workload", "missing ", key, "= in '", name, "'");
+  return absent;
 }
 
 // Roughly log-uniform in [lo, 2^k lo): an octave uniformly, then uniformly inside it.
@@ -63,8 +82,8 @@ int32_t log_uniform(std::mt19937_64& rng, int32_t lo, int32_t octaves) {
   return static_cast<int32_t>(rand_int(rng, base, 2 * base - 1));
 }
 
-// Refuses words other than the family's keys and heads=, and trees over the builders' limits
-// (checked from the parameters, before anything is allocated).
+// Refuses words other than the family's keys, heads= and page=, and trees over the builders'
+// limits (checked from the parameters, before anything is allocated).
 void check_name(const std::string& name, std::initializer_list<const char*> keys, double max_nodes,
                 double max_tokens) {
   std::istringstream in(name);
@@ -72,7 +91,7 @@ void check_name(const std::string& name, std::initializer_list<const char*> keys
   in >> word;  // the family
   while (in >> word) {
     const std::string key = word.substr(0, word.find('='));
-    bool known = key == "heads" && word.size() > key.size();
+    bool known = (key == "heads" || key == "page") && word.size() > key.size();
     for (const char* k : keys) known |= key == k && word.size() > key.size();
     TA_CHECK_ARG(known, "workload", "unknown word '", word, "' in '", name, "'");
   }
@@ -236,7 +255,129 @@ Nodes spectree(const std::string& name, std::mt19937_64& rng) {
   return n;
 }
 
+// Merges chains into radix-tree nodes and drops dead branches: a node with no query and no live
+// descendant goes, and a live node whose parent has no query and no other live child is
+// appended to its parent (tokens added).
+Nodes compress(const Nodes& n) {
+  const size_t count = n.parents.size();
+  std::vector<int32_t> queried(count, 0), live_children(count, 0);
+  std::vector<char> live(count, 0);
+  for (int32_t q : n.queries) queried[q] = 1;
+  for (size_t i = count; i-- > 0;) {
+    live[i] = live[i] || queried[i];
+    if (live[i] && n.parents[i] != kNoParent) {
+      live[n.parents[i]] = 1;
+      ++live_children[n.parents[i]];
+    }
+  }
+  Nodes out;
+  std::vector<int32_t> rep(count, -1);
+  for (size_t i = 0; i < count; ++i) {
+    if (!live[i]) continue;
+    const int32_t p = n.parents[i];
+    if (p != kNoParent && !queried[p] && live_children[p] == 1) {
+      rep[i] = rep[p];
+      out.tokens[rep[i]] += n.tokens[i];
+    } else {
+      rep[i] = out.add(p == kNoParent ? kNoParent : rep[p], n.tokens[i]);
+    }
+  }
+  for (int32_t q : n.queries) out.queries.push_back(rep[q]);
+  return out;
+}
+
+Nodes eagle(const std::string& name, std::mt19937_64& rng) {
+  const int32_t batch = name_param(name, "batch", 4096), depth = name_param(name, "depth", 16),
+                topk = name_param(name, "topk", 16), tokens = name_param(name, "tokens", 1 << 12);
+  check_name(name, {"batch", "depth", "topk", "tokens"}, batch * (1.0 + tokens),
+             batch * (8191.0 + tokens));
+  Nodes n;
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t context = n.add(kNoParent, log_uniform(rng, 512, 4));
+    // candidates: (cost, parent candidate or -1 for the context); a child costs more than its
+    // parent, the j-th best child of a node more than the first
+    std::vector<std::pair<int64_t, int32_t>> cand;
+    std::vector<int32_t> level{-1};
+    for (int32_t d = 1; d <= depth; ++d) {
+      // the topk cheapest nodes of the level above (ties: the earlier)
+      std::vector<int32_t> expand = level;
+      const auto cost = [&](int32_t c) { return c < 0 ? int64_t{0} : cand[c].first; };
+      std::stable_sort(expand.begin(), expand.end(),
+                       [&](int32_t a, int32_t b2) { return cost(a) < cost(b2); });
+      if (static_cast<int32_t>(expand.size()) > topk) expand.resize(topk);
+      level.clear();
+      for (int32_t e : expand) {
+        for (int32_t j = 0; j < topk; ++j) {
+          cand.emplace_back(cost(e) + 1 + int64_t{j} * j + rand_int(rng, 0, 3), e);
+          level.push_back(static_cast<int32_t>(cand.size()) - 1);
+        }
+      }
+    }
+    // the `tokens` cheapest candidates (ties: the earlier), in candidate order so parents come
+    // first
+    std::vector<int32_t> order(cand.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b2) { return cand[a].first < cand[b2].first; });
+    if (static_cast<int32_t>(order.size()) > tokens) order.resize(tokens);
+    std::sort(order.begin(), order.end());
+    std::vector<int32_t> node(cand.size(), -1);
+    for (int32_t c : order) {
+      const int32_t parent = cand[c].second < 0 ? context : node[cand[c].second];
+      node[c] = n.add(parent, 1);
+      n.queries.push_back(node[c]);
+    }
+  }
+  return n;
+}
+
+Nodes beam(const std::string& name, std::mt19937_64& rng) {
+  const int32_t requests = name_param(name, "requests", 4096),
+                width = name_param(name, "width", 256), steps = name_param(name, "steps", 1 << 14);
+  check_name(name, {"requests", "width", "steps"}, requests * (1.0 + 1.0 * width * steps),
+             requests * (4095.0 + 1.0 * width * steps));
+  Nodes all;
+  for (int32_t r = 0; r < requests; ++r) {
+    Nodes n;  // one token per hypothesis, then compressed
+    std::vector<int32_t> beams(width, n.add(kNoParent, log_uniform(rng, 256, 4)));
+    for (int32_t s = 0; s < steps; ++s) {
+      std::vector<int32_t> next(width);
+      for (int32_t k = 0; k < width; ++k) {
+        const double u = rand_unit(rng);
+        next[k] = n.add(beams[static_cast<size_t>(u * u * width)], 1);
+      }
+      beams = std::move(next);
+    }
+    n.queries = beams;
+    const Nodes c = compress(n);
+    const int32_t off = static_cast<int32_t>(all.parents.size());
+    for (size_t i = 0; i < c.parents.size(); ++i)
+      all.add(c.parents[i] == kNoParent ? kNoParent : c.parents[i] + off, c.tokens[i]);
+    for (int32_t q : c.queries) all.queries.push_back(q + off);
+  }
+  return all;
+}
+
+Nodes rollout(const std::string& name, std::mt19937_64& rng) {
+  const int32_t groups = name_param(name, "groups", 4096),
+                samples = name_param(name, "samples", 4096), len = name_param(name, "len", 1 << 20);
+  check_name(name, {"groups", "samples", "len"}, 1.0 + groups * (1.0 + samples),
+             1023.0 + groups * (2047.0 + 1.0 * samples * len));
+  Nodes n;
+  const int32_t system = n.add(kNoParent, rand_int(rng, 128, 1023));
+  for (int32_t g = 0; g < groups; ++g) {
+    const int32_t prompt = n.add(system, log_uniform(rng, 64, 5));
+    for (int32_t s = 0; s < samples; ++s)
+      n.queries.push_back(n.add(prompt, rand_int(rng, std::max(1, len / 2), len)));
+  }
+  return n;
+}
+
 }  // namespace
+
+int32_t generated_page_size(const std::string& name) {
+  return name_param(name, "page", kMaxGeneratedPage, 16);
+}
 
 ModelShape generated_shape(const std::string& name) {
   ModelShape shape{32, 8, 128};
@@ -272,9 +413,16 @@ PrefixTree build_generated(const std::string& name, int32_t page_size, uint64_t 
     n = chain(name, rng);
   } else if (family == "spectree") {
     n = spectree(name, rng);
+  } else if (family == "eagle") {
+    n = eagle(name, rng);
+  } else if (family == "beam") {
+    n = beam(name, rng);
+  } else if (family == "rollout") {
+    n = rollout(name, rng);
   } else {
     TA_CHECK_ARG(false, "workload", "unknown generator '", name,
-                 "' (known: specdec, tot, degenerate, forest, agent, chain, spectree)");
+                 "' (known: specdec, tot, degenerate, forest, agent, chain, spectree, eagle, "
+                 "beam, rollout)");
   }
   return assemble_tree(n.parents, n.tokens, n.queries, page_size, layout, page_seed);
 }

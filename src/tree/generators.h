@@ -17,6 +17,12 @@ namespace treeattn::detail {
 /// Throws std::invalid_argument naming "workload" on a malformed heads word.
 ModelShape generated_shape(const std::string& name);
 
+/// Largest page= of a generator name.
+inline constexpr int32_t kMaxGeneratedPage = 4096;
+/// Tokens per page of a generated workload: "page=P" in the name (1..kMaxGeneratedPage), else 16.
+/// Throws std::invalid_argument naming "workload" on a malformed or too large page word.
+int32_t generated_page_size(const std::string& name);
+
 /// Builds the tree of generator `name` with `page_size` tokens per page. `gseed` fixes the tree's
 /// shape and lengths; `layout` and `page_seed` fix the page ids. Throws std::invalid_argument
 /// naming "workload" for an unknown family or a missing, malformed or too large parameter.

@@ -33,6 +33,7 @@ Workload generated(const std::string& set, const std::string& name) {
   w.name = name;
   w.generated = true;
   w.spec.shape = detail::generated_shape(name);
+  w.spec.page_size = detail::generated_page_size(name);
   w.spec.text = name;
   return w;
 }
@@ -140,12 +141,12 @@ PrefixTree build_workload(const Workload& w, PageLayout layout, uint64_t seed) {
     PrefixTree t = tree_from_levels(w.spec, layout, seed);
     return t;
   }
-  // The heads word is left out of the seed: a generator line gives the same tree for every head
-  // configuration.
+  // The heads and page words are left out of the seed: a generator line gives the same tree for
+  // every head configuration and page size.
   std::string family_and_params;
   std::istringstream words(w.name);
   for (std::string word; words >> word;) {
-    if (word.rfind("heads=", 0) != 0)
+    if (word.rfind("heads=", 0) != 0 && word.rfind("page=", 0) != 0)
       family_and_params += (family_and_params.empty() ? "" : " ") + word;
   }
   PrefixTree t = detail::build_generated(w.name, w.spec.page_size,

@@ -68,6 +68,7 @@ TEST(PlannersMaskCost, CostOnlyBuilderSeesMasks) {
 
 TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   DeviceInfo d = device_preset("h100");
+  d.latency_terms = false;  // the plan's fixed terms: one launch_overhead_us
   d.mask_penalty = 0.5;
   PlanShape s;
   s.num_qo_heads = 32;
@@ -79,25 +80,26 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   it.tile = TileClass::kM64;
   it.count = 1;
   // One item (its CTAs all run in parallel): the plan time is one CTA plus the launch.
-  const double plain = estimate_items_us(d, s, &it, 1, 0, 0);
+  const double plain = estimate_items_us(d, s, &it, 1, {});
   it.masked = true;
-  const double masked = estimate_items_us(d, s, &it, 1, 0, 0);
+  const double masked = estimate_items_us(d, s, &it, 1, {});
   EXPECT_NEAR(masked - d.launch_overhead_us, 1.5 * (plain - d.launch_overhead_us), 1e-9 * plain);
   it.tile = TileClass::kM16;  // kM16 items: mask_penalty_m16
   d.mask_penalty_m16 = 0.25;
-  const double m16 = estimate_items_us(d, s, &it, 1, 0, 0);
+  const double m16 = estimate_items_us(d, s, &it, 1, {});
   it.masked = false;
-  const double m16_plain = estimate_items_us(d, s, &it, 1, 0, 0);
+  const double m16_plain = estimate_items_us(d, s, &it, 1, {});
   EXPECT_NEAR(m16 - d.launch_overhead_us, 1.25 * (m16_plain - d.launch_overhead_us), 1e-9 * m16);
   d.mask_penalty = d.mask_penalty_m16 = 0;
   it.masked = true;
-  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &it, 1, 0, 0), m16_plain);
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &it, 1, {}), m16_plain);
 }
 
 TEST(PlannersMaskCost, KM128CtaTakesAllOfAnSmsSlots) {
   // Latency-bound kM128 CTAs that fill every slot once with two per SM take two waves when one
   // kM128 CTA holds an SM (m128_ctas_per_sm = 1, the kernels' occupancy).
   DeviceInfo d = device_preset("h100");
+  d.latency_terms = false;       // the plan's fixed terms: one launch_overhead_us, item_overhead_us
   d.tile_latency_m128_us = 5.0;  // 10 tiles: 50 us a CTA, far above its bytes and FLOPs
   PlanShape s;
   s.num_qo_heads = 32;
@@ -109,9 +111,9 @@ TEST(PlannersMaskCost, KM128CtaTakesAllOfAnSmsSlots) {
   it.tile = TileClass::kM128;
   it.count = d.num_sms * d.ctas_per_sm / s.num_kv_heads;  // one CTA per slot
   d.m128_ctas_per_sm = 0;                                 // as many as the other classes
-  const double two = estimate_items_us(d, s, &it, 1, 0, 0) - d.launch_overhead_us;
+  const double two = estimate_items_us(d, s, &it, 1, {}) - d.launch_overhead_us;
   d.m128_ctas_per_sm = 1;
-  const double one = estimate_items_us(d, s, &it, 1, 0, 0) - d.launch_overhead_us;
+  const double one = estimate_items_us(d, s, &it, 1, {}) - d.launch_overhead_us;
   EXPECT_NEAR(one / two, 2.0, 1e-9);
   EXPECT_NEAR(two, d.item_overhead_us + 50.0, 1e-6);
   // With fewer CTAs than SMs each CTA has an SM to itself either way: same shares, same time
@@ -120,9 +122,9 @@ TEST(PlannersMaskCost, KM128CtaTakesAllOfAnSmsSlots) {
   it.count = 1;
   it.kv_tokens = 1 << 16;
   d.m128_ctas_per_sm = 0;
-  const double alone_before = estimate_items_us(d, s, &it, 1, 0, 0);
+  const double alone_before = estimate_items_us(d, s, &it, 1, {});
   d.m128_ctas_per_sm = 1;
-  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &it, 1, 0, 0), alone_before);
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &it, 1, {}), alone_before);
   EXPECT_EQ(device_preset("h100").m128_ctas_per_sm, 1);
   d.m128_ctas_per_sm = -1;
   EXPECT_THROW(validate_device(d), std::invalid_argument);

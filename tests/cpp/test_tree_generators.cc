@@ -3,7 +3,9 @@
 // configuration) and the errors for bad generator names (unknown words, trees over the limits).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "../../src/tree/generators.h"
 #include "test_tree_util.h"
@@ -16,6 +18,10 @@ namespace {
 using testing_util::expect_invalid;
 
 PrefixTree named(const std::string& name) { return build_workload(find_workload(name)); }
+// A generator name that no set lists (any parameters), page 16, seed 7.
+PrefixTree generated(const std::string& name) {
+  return detail::build_generated(name, 16, 7, PageLayout::kContiguous, 0);
+}
 
 // Children per node and roots of a tree built by a generator (every node alive).
 struct Shape {
@@ -36,6 +42,14 @@ void expect_queries_on_leaves(const PrefixTree& t, const Shape& s) {
   for (size_t v = 0; v < t.nodes.size(); ++v) {
     if (s.leaf(static_cast<int32_t>(v))) EXPECT_TRUE(s.queried.count(static_cast<int32_t>(v)));
   }
+}
+
+// The request (root) above every node.
+std::vector<int32_t> roots_of(const PrefixTree& t, const Shape& s) {
+  std::vector<int32_t> root_of(t.nodes.size());
+  for (int32_t v : s.ix.preorder)
+    root_of[v] = t.nodes[v].parent == kNoParent ? v : root_of[t.nodes[v].parent];
+  return root_of;
 }
 
 TEST(TreeGenerators, PublishedShapes) {
@@ -168,9 +182,7 @@ TEST(TreeGenerators, SpecTree) {
       EXPECT_EQ(s.queried.count(r), 0u);
     }
     // Every draft is one token and carries a query; drafts of one request stay under its root.
-    std::vector<int32_t> root_of(t.nodes.size());
-    for (int32_t v : s.ix.preorder)
-      root_of[v] = t.nodes[v].parent == kNoParent ? v : root_of[t.nodes[v].parent];
+    const std::vector<int32_t> root_of = roots_of(t, s);
     std::vector<int> per_root(t.nodes.size(), 0);
     for (int32_t q = 0; q < t.num_queries(); ++q) {
       const int32_t v = t.query_node[q];
@@ -179,6 +191,123 @@ TEST(TreeGenerators, SpecTree) {
     }
     for (int32_t r : s.roots) EXPECT_EQ(per_root[r], drafts);
   }
+}
+
+TEST(TreeGenerators, Eagle) {
+  struct P {
+    int batch, depth, topk, tokens;
+  };
+  for (const P& p : {P{8, 6, 10, 60}, P{4, 8, 4, 48}, P{3, 2, 3, 100}}) {
+    const PrefixTree t = generated(detail::concat("eagle batch=", p.batch, " depth=", p.depth,
+                                                  " topk=", p.topk, " tokens=", p.tokens));
+    const Shape s(t);
+    ASSERT_EQ(static_cast<int>(s.roots.size()), p.batch);
+    // every candidate level holds <= topk^2 drafts: fewer than `tokens` exist when the tree is
+    // small (depth 2, top-3: 3 + 9)
+    const int most = std::min(p.tokens, p.topk + (p.depth - 1) * p.topk * p.topk);
+    EXPECT_EQ(t.num_queries(), p.batch * most);
+    EXPECT_EQ(t.nodes.size(), static_cast<size_t>(p.batch * (most + 1)));
+    std::set<int32_t> on(t.query_node.begin(), t.query_node.end());
+    EXPECT_EQ(on.size(), t.query_node.size());  // one query per draft
+    const std::vector<int32_t> root_of = roots_of(t, s);
+    std::vector<int> per_root(t.nodes.size(), 0);
+    for (size_t v = 0; v < t.nodes.size(); ++v) {
+      if (t.nodes[v].parent == kNoParent) {
+        EXPECT_GE(t.nodes[v].tokens, 512);
+        EXPECT_LT(t.nodes[v].tokens, 8192);
+        EXPECT_EQ(s.queried.count(static_cast<int32_t>(v)), 0u);
+        continue;
+      }
+      EXPECT_EQ(t.nodes[v].tokens, 1);
+      EXPECT_TRUE(s.queried.count(static_cast<int32_t>(v)));
+      EXPECT_LE(s.ix.depth[v], p.depth);
+      EXPECT_LE(static_cast<int>(s.ix.children(static_cast<int32_t>(v)).size()), p.topk);
+      ++per_root[root_of[v]];
+    }
+    for (int32_t r : s.roots) {
+      EXPECT_EQ(per_root[r], most);
+      EXPECT_LE(static_cast<int>(s.ix.children(r).size()), p.topk);
+    }
+  }
+}
+
+TEST(TreeGenerators, Beam) {
+  for (const auto& [requests, width, steps] :
+       {std::tuple{4, 8, 64}, std::tuple{16, 4, 32}, std::tuple{2, 16, 128}}) {
+    const PrefixTree t =
+        generated(detail::concat("beam requests=", requests, " width=", width, " steps=", steps));
+    const Shape s(t);
+    ASSERT_EQ(static_cast<int>(s.roots.size()), requests);
+    EXPECT_EQ(t.num_queries(), requests * width);
+    expect_queries_on_leaves(t, s);
+    const std::vector<int32_t> root_of = roots_of(t, s);
+    std::vector<int> beams(t.nodes.size(), 0);
+    for (int32_t q = 0; q < t.num_queries(); ++q) {
+      const int32_t v = t.query_node[q];
+      EXPECT_TRUE(s.leaf(v));  // beams are distinct hypotheses, each a leaf
+      ++beams[root_of[v]];
+      // every beam's sequence is its prompt plus one token per step
+      int64_t len = 0;
+      for (int32_t u = v; u != kNoParent; u = t.nodes[u].parent) len += t.nodes[u].tokens;
+      const int64_t prompt = len - steps;
+      EXPECT_GE(prompt, 256);
+      EXPECT_LT(prompt, 4096);
+    }
+    for (int32_t r : s.roots) EXPECT_EQ(beams[r], width);
+    // a radix tree: no query-free node with a single child
+    for (size_t v = 0; v < t.nodes.size(); ++v)
+      if (!s.queried.count(static_cast<int32_t>(v)))
+        EXPECT_NE(s.ix.children(static_cast<int32_t>(v)).size(), 1u);
+  }
+}
+
+TEST(TreeGenerators, Rollout) {
+  for (const auto& [groups, samples, len] :
+       {std::tuple{4, 16, 2048}, std::tuple{16, 4, 1024}, std::tuple{2, 32, 3}}) {
+    const PrefixTree t =
+        generated(detail::concat("rollout groups=", groups, " samples=", samples, " len=", len));
+    const Shape s(t);
+    ASSERT_EQ(s.roots.size(), 1u);
+    const int32_t system = s.roots[0];
+    EXPECT_GE(t.nodes[system].tokens, 128);
+    EXPECT_LT(t.nodes[system].tokens, 1024);
+    ASSERT_EQ(static_cast<int>(s.ix.children(system).size()), groups);
+    for (int32_t g : s.ix.children(system)) {
+      EXPECT_GE(t.nodes[g].tokens, 64);
+      EXPECT_LT(t.nodes[g].tokens, 2048);
+      EXPECT_EQ(static_cast<int>(s.ix.children(g).size()), samples);
+      for (int32_t v : s.ix.children(g)) {
+        EXPECT_TRUE(s.leaf(v));
+        EXPECT_GE(t.nodes[v].tokens, std::max(1, len / 2));
+        EXPECT_LE(t.nodes[v].tokens, len);
+      }
+    }
+    EXPECT_EQ(t.num_queries(), groups * samples);
+    expect_queries_on_leaves(t, s);
+  }
+}
+
+TEST(TreeGenerators, PageWordKeepsTheTree) {
+  const Workload a = find_workload("eagle batch=32 depth=5 topk=8 tokens=32 heads=16/2 page=1");
+  EXPECT_EQ(a.spec.page_size, 1);
+  EXPECT_EQ(a.spec.shape.num_kv_heads, 2);
+  Workload b = a;
+  b.name = "eagle batch=32 depth=5 topk=8 tokens=32";
+  b.spec.page_size = 16;
+  const PrefixTree ta = build_workload(a), tb = build_workload(b);
+  EXPECT_EQ(ta.page_size, 1);
+  EXPECT_EQ(tb.page_size, 16);
+  ASSERT_EQ(ta.nodes.size(), tb.nodes.size());
+  for (size_t v = 0; v < ta.nodes.size(); ++v) {
+    EXPECT_EQ(ta.nodes[v].parent, tb.nodes[v].parent);
+    EXPECT_EQ(ta.nodes[v].tokens, tb.nodes[v].tokens);
+  }
+  EXPECT_EQ(ta.query_node, tb.query_node);
+  EXPECT_EQ(detail::generated_page_size("forest roots=2 samples=2"), 16);
+  EXPECT_EQ(detail::generated_page_size("forest roots=2 samples=2 page=256"), 256);
+  for (const std::string& pg : {"page=0", "page=x", "page=4097", "page=-1"})
+    expect_invalid([&] { detail::generated_page_size("forest roots=1 samples=1 " + pg); },
+                   {"workload", "page"});
 }
 
 TEST(TreeGenerators, HeadsWordKeepsTheTree) {
@@ -214,6 +343,14 @@ TEST(TreeGenerators, BadNames) {
   expect_invalid([&] { build("chain depth=2 queries=1 queries"); }, {"workload", "'queries'"});
   expect_invalid([&] { build("degenerate depth=65536 C=1048576"); }, {"workload", "tokens"});
   expect_invalid([&] { build("forest roots=4096 samples=1024"); }, {"workload", "nodes"});
+  expect_invalid([&] { build("eagle batch=2 depth=17 topk=2 tokens=4"); }, {"workload", "depth"});
+  expect_invalid([&] { build("eagle batch=2 depth=2 topk=2"); }, {"workload", "missing tokens="});
+  expect_invalid([&] { build("beam requests=4096 width=256 steps=16384"); }, {"workload", "nodes"});
+  expect_invalid([&] { build("rollout groups=1 samples=1 len=2 width=3"); },
+                 {"workload", "'width=3'"});
+  expect_invalid([&] { build("rollout groups=4096 samples=4096 len=1048576"); },
+                 {"workload", "tokens"});
+  EXPECT_NO_THROW(build("rollout groups=1 samples=1 len=1 page=64 heads=8/1"));
   EXPECT_NO_THROW(build("chain depth=2 queries=1 heads=8/1"));
   for (const std::string& h :
        {"heads=3/2", "heads=x", "heads=8", "heads=/8", "heads=8/0", "heads=1/8", "heads=8/2/1"}) {

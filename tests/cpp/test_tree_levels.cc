@@ -162,7 +162,7 @@ TEST(TreeWorkloads, SetsAndLookup) {
   EXPECT_EQ(pat.size(), 80u);
   EXPECT_EQ(deft.size(), 3u + 3u + 4u);
   EXPECT_EQ(forge.size(), 5u + 5u);
-  EXPECT_EQ(irregular.size(), 9u * 2u);
+  EXPECT_EQ(irregular.size(), 9u * 2u + 12u);
   EXPECT_EQ(workload_set("all").size(),
             fasttree.size() + pat.size() + deft.size() + forge.size() + irregular.size());
   EXPECT_EQ(find_workload("fasttree:3").name, fasttree[3].name);
@@ -174,6 +174,8 @@ TEST(TreeWorkloads, SetsAndLookup) {
   EXPECT_TRUE(find_workload("forge:9").generated);
   EXPECT_EQ(find_workload("deft:3").name, "specdec base=6000 t=16");  // after the level lines
   EXPECT_EQ(find_workload("irregular:17").spec.shape.num_qo_heads, 16);
+  EXPECT_EQ(find_workload("irregular:19").spec.page_size, 1);  // a page= word
+  EXPECT_EQ(find_workload("irregular:18").spec.page_size, 16);
   expect_invalid([] { workload_set("nope"); }, {"workload", "nope"});
   expect_invalid([] { find_workload("fasttree:45"); }, {"workload", "45"});
   expect_invalid([] { find_workload("fasttree:x"); }, {"workload", "x"});

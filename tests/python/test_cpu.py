@@ -182,7 +182,8 @@ DEVICE_FIELDS = [
     "launch_overhead_us", "item_overhead_us", "ctas_per_sm", "merge_launch_us", "tile_latency_us",
     "tile_latency_m128_us", "tile_latency_wide_us", "merge_slot_us", "wide_ctas_per_sm",
     "wide_m16_ctas_per_sm", "m128_ctas_per_sm", "mask_penalty", "mask_penalty_m16", "cta_bw_factor",
-    "warpgroup_mma",
+    "warpgroup_mma", "latency_terms", "first_launch_us", "pdl_launch_us", "round_trip_us",
+    "cta_fixed_us", "prologue_round_trips", "merge_release_us", "merge_round_trips",
 ]
 
 
@@ -204,9 +205,15 @@ def test_device_info_binds_every_field():
     tree = treeattn.PrefixTree.from_levels("N=1,4,16 C=300,70,17")
     p = treeattn.plan(tree, 32, 8, 128, planner="node", device="h100")
     base = p.stats(d)["est_time_us"]
-    d.item_overhead_us += 10
+    d.round_trip_us += 1  # the latency terms (on in the presets): a CTA's prologue round trips
     assert p.stats(d)["est_time_us"] > base
+    d.round_trip_us -= 1
+    d.latency_terms = False  # without them a CTA pays item_overhead_us
+    base_off = p.stats(d)["est_time_us"]
+    d.item_overhead_us += 10
+    assert p.stats(d)["est_time_us"] > base_off
     d.item_overhead_us -= 10
+    d.latency_terms = True
     d.merge_slot_us += 5
     assert p.stats(d)["est_time_us"] > base
 
@@ -262,7 +269,8 @@ def test_decode_random_trees(rng, planner, heads):
     assert_close(ref_lse, want_lse, tol=1e-9)
 
 
-@pytest.mark.parametrize("key", ["fasttree:0", "pat:3", "deft:7", "forge:7", "irregular:5", "irregular:16"])
+@pytest.mark.parametrize("key", ["fasttree:0", "pat:3", "deft:7", "forge:7", "irregular:5", "irregular:16",
+                                 "irregular:20", "irregular:23", "irregular:25"])
 def test_decode_workloads_sampled(rng, key):
     tree = treeattn.PrefixTree.from_workload(key, layout="shuffled", seed=5)
     H, Hk, _ = tree.shape

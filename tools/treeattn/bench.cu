@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "args.h"
+#include "bench_timeline.h"
 #include "commands.h"
 #include "inputs.h"
 #include "treeattn/common/half.h"
@@ -311,6 +312,15 @@ int g_planner_failures = 0;
 /// The planners' view of this GPU: the preset matching its name, with the SM count and the two
 /// ceilings measured in this process (set in bench_command before any planning).
 DeviceInfo g_device = device_preset("h200");
+/// --timeline: stamped runs after the timed ones (json null = off).
+TimelineSetup g_timeline;
+
+/// The line's name with its heads (added when the name has none).
+std::string line_name(const Problem& pb) {
+  if (pb.name.find("heads=") != std::string::npos) return pb.name;
+  return pb.name + " heads=" + std::to_string(pb.num_qo_heads) + "/" +
+         std::to_string(pb.num_kv_heads);
+}
 
 bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& in, bool bf16,
              const RefSample& ref, int runs, Timer& tm, Result* res) {
@@ -373,6 +383,12 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   }
   BENCH_CUDA(cudaGetLastError());
   res->median_ms = median(ms);
+  if (g_timeline.json != nullptr) {
+    g_timeline.stream = tm.stream;
+    g_timeline.flush = tm.flush;
+    g_timeline.flush_bytes = tm.flush_bytes;
+    timeline_line(dp, a, g_timeline, line_name(pb), planner);
+  }
   res->items = static_cast<int64_t>(plan.items.size());
   const PlanStats stats = plan_stats(pb.tree, plan, opts.device);
   res->est_us = stats.est_time_us;
@@ -396,6 +412,15 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
+/// The value of an on/off flag (`fallback` when absent); throws naming the flag otherwise.
+bool on_off(const Args& a, const std::string& flag, bool fallback) {
+  if (!a.has(flag)) return fallback;
+  const std::string v = a.str(flag);
+  if (v != "on" && v != "off")
+    throw std::invalid_argument("--" + flag + ": expected on or off, got '" + v + "'");
+  return v == "on";
+}
+
 }  // namespace
 
 int bench_command(int argc, char** argv) {
@@ -404,6 +429,12 @@ int bench_command(int argc, char** argv) {
   flags.push_back({"dtype", true, "fp16 (default) or bf16"});
   flags.push_back({"json", true, "write results as JSON to this file", false, FileRole::kOutput});
   flags.push_back({"runs", true, "timed runs per line and planner (>= 50, default 50)"});
+  flags.push_back({"cost-latency", true,
+                   "on (default) or off: the cost model's critical-path latency terms "
+                   "(DeviceInfo::latency_terms) for the planners, for a same-binary A/B"});
+  flags.push_back({"timeline", true,
+                   "after the timed runs, stamp every CTA's phases (7 more runs), write the median "
+                   "run as a JSON line per line and planner to FILE and print its critical path"});
   const Args a(argc, argv, 2, flags);
   if (a.help()) {
     std::printf("%s", a.usage("bench").c_str());
@@ -414,6 +445,7 @@ int bench_command(int argc, char** argv) {
   if (dtype != "fp16" && dtype != "bf16")
     throw std::invalid_argument("--dtype: expected fp16 or bf16, got '" + dtype + "'");
   const bool bf16 = dtype == "bf16";
+  const bool cost_latency = on_off(a, "cost-latency", true);
   const int runs = static_cast<int>(a.integer("runs", 50, 50, 100000));
   const uint64_t seed = a.u64("seed", 0);
   const std::vector<std::string> planners = planner_list(planner_arg);
@@ -440,10 +472,22 @@ int bench_command(int argc, char** argv) {
     g_device.num_sms = prop.multiProcessorCount;
     g_device.hbm_read_GBps = hbm;
     g_device.tc_TFLOPs = tc;
+    g_device.latency_terms = cost_latency;
   }
   std::printf(
-      "device: %s, %d SMs, L2 %d MB\nceilings: HBM read %.0f GB/s, fp16 tensor %.0f TFLOP/s\n",
-      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, hbm, tc);
+      "device: %s, %d SMs, L2 %d MB\nceilings: HBM read %.0f GB/s, fp16 tensor %.0f TFLOP/s\n"
+      "cost model latency terms: %s\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, hbm, tc,
+      g_device.latency_terms ? "on" : "off");
+
+  FILE* timeline_file = nullptr;
+  if (a.has("timeline")) {
+    timeline_file = std::fopen(a.str("timeline").c_str(), "w");
+    if (timeline_file == nullptr)
+      throw std::invalid_argument("--timeline: cannot write '" + a.str("timeline") + "'");
+    g_timeline.json = timeline_file;
+    std::printf("timeline: %.3f SM clocks per ns\n", timeline_clocks_per_ns());
+  }
 
   Timer tm;
   tm.flush_bytes = std::max<size_t>(static_cast<size_t>(prop.l2CacheSize) * 3, 256u << 20);
@@ -478,9 +522,7 @@ int bench_command(int argc, char** argv) {
                              static_cast<double>(nq) * H * D * 2 * 2;
     const double flops_min = 4.0 * ctx_sum * H * D;
     const double floor_ms = std::max(bytes_min / (hbm * 1e9), flops_min / (tc * 1e12)) * 1e3;
-    std::string wname = pb.name;
-    if (wname.find("heads=") == std::string::npos)
-      wname += " heads=" + std::to_string(H) + "/" + std::to_string(KH);
+    const std::string wname = line_name(pb);
     const RefSample ref = reference_sample(pb, seed, bf16);
     // baseline first
     Result base;
@@ -571,6 +613,7 @@ int bench_command(int argc, char** argv) {
     std::fprintf(f, "\n]}\n");
     std::fclose(f);
   }
+  if (timeline_file != nullptr) std::fclose(timeline_file);
   cudaFree(tm.flush);
   cudaEventDestroy(tm.e0);
   cudaEventDestroy(tm.e1);

@@ -34,7 +34,35 @@ struct DecodeArgs {
   int64_t o_stride_query = 0, o_stride_head = 0;
   float* lse = nullptr;  ///< optional [num_queries, num_qo_heads], natural log; nullptr = skip
   float sm_scale = 0.f;  ///< 0 -> 1/sqrt(head_dim)
+  /// Diagnostics (`treeattn bench --timeline`): device buffer of timeline_records(layout) records
+  /// of kTimelineWords words, 8-byte aligned, that every attention and merge CTA stamps at its
+  /// phases (TimelineWord); nullptr (the default) = off.
+  uint64_t* timeline = nullptr;
 };
+
+/// Words of one CTA's timeline record. Record of attention CTA (blockIdx.x, blockIdx.y) of tile
+/// class c: (layout.class_item_off[c] + blockIdx.x) x num_kv_heads + blockIdx.y; of merge CTA q:
+/// layout.items x num_kv_heads + q. Global-timer words are ns, clock words SM cycles (clock64);
+/// a word of a phase the CTA did not reach stays as the caller left it (zero it first). Merge
+/// CTAs: kTlClockItem after the merge list's bounds arrived, kTlClockKv when the attention
+/// kernels' results became visible (griddepcontrol.wait returned), kTlClockLoop unused.
+enum TimelineWord : int {
+  kTlGlobalStart = 0,  ///< the CTA's first instruction (%globaltimer)
+  kTlClockStart = 1,   ///< same, clock64
+  kTlClockItem = 2,    ///< its work item (or CTA record) arrived
+  kTlClockKv = 3,      ///< its first KV tile landed in shared memory
+  kTlClockLoop = 4,    ///< the main loop of its last KV head finished
+  kTlClockEnd = 5,     ///< its outputs were written
+  kTlGlobalEnd = 6,    ///< same, %globaltimer
+  kTlTag = 7,          ///< bit 63 set; bits 0-15 SM id, 16-19 kernel config (kTlMergeConfig for
+                       ///< the merge; tile_policy.h otherwise), 20-39 blockIdx.y
+};
+inline constexpr int kTimelineWords = 8;
+inline constexpr int kTlMergeConfig = 15;
+/// Records a timeline buffer for a workspace laid out as `layout` needs.
+inline int64_t timeline_records(const PlanLayout& layout) {
+  return layout.items * layout.shape.num_kv_heads + layout.queries;
+}
 
 /// Status codes of the launchers (host validation throws; launches return).
 enum class Status : int32_t { kOk = 0, kInvalidArgument = 1, kCudaError = 2, kUnsupported = 3 };

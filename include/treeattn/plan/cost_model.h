@@ -64,15 +64,31 @@ bool model_uses_wide_m16(const DeviceInfo& dev, int64_t m16_ctas);
 ItemCost estimate_cta(const DeviceInfo& dev, const PlanShape& shape, TileClass tile, bool wide,
                       int64_t packed_rows, int64_t partial_packed_rows, int64_t kv_tokens);
 
-/// estimate_plan_us over item summaries: `num_slots` partial slots, `merged_queries` queries with
-/// a merge list. When a lower bound of the result already exceeds `prune_above`
-/// (by a relative 1e-9), that bound is returned without the LPT (still > prune_above).
+/// What the model reads of a plan's merge: partial slots, queries with a merge list, and the
+/// longest list (the merge's critical path under DeviceInfo::latency_terms).
+struct MergeSummary {
+  int64_t slots = 0;
+  int64_t queries = 0;
+  int64_t longest = 0;
+  /// Counts a query whose merge list has `len` slots (none when len is 0).
+  void add_list(int64_t len) {
+    if (len <= 0) return;
+    slots += len;
+    ++queries;
+    longest = std::max(longest, len);
+  }
+};
+
+/// estimate_plan_us over item summaries and the plan's merge. When a lower bound of the result
+/// already exceeds `prune_above` (by a relative 1e-9), that bound is returned without the LPT
+/// (still > prune_above).
 double estimate_items_us(const DeviceInfo& dev, const PlanShape& shape, const ItemSummary* items,
-                         size_t num_items, int64_t num_slots, int64_t merged_queries,
+                         size_t num_items, const MergeSummary& merge,
                          double prune_above = std::numeric_limits<double>::infinity());
 
 /// Makespan in microseconds of a whole plan: LPT over num_sms * ctas_per_sm slots with per-slot
-/// bandwidth share, plus launches and the merge.
+/// bandwidth share, plus launches and the merge (or, with DeviceInfo::latency_terms, the call's
+/// critical path: first launch, the attention kernels overlapped by PDL, the dependent merge).
 double estimate_plan_us(const DeviceInfo& dev, const Plan& plan);
 
 }  // namespace treeattn

@@ -45,6 +45,23 @@ struct DeviceInfo {
   /// The kernels run kM64/kM128 (head_dim <= 128) on wgmma, one MMA slab per warpgroup of 64
   /// rows (sm_90a: the h100/h200 presets), so a masked item skips KV slices per 64 rows, not 16.
   bool warpgroup_mma = false;
+  /// Critical-path latency terms (docs/cost_model.md, "Latency terms"). Off, a plan pays
+  /// launch_overhead_us per attention launch, merge_launch_us for the merge and item_overhead_us
+  /// per CTA. On, the call pays first_launch_us for its first kernel and pdl_launch_us for each
+  /// later attention kernel (launched early by PDL), a CTA pays cta_fixed_us plus its prologue's
+  /// prologue_round_trips dependent global loads of round_trip_us, and the merge is a dependent
+  /// phase after the attention: merge_release_us, merge_round_trips round trips, then its longest
+  /// merge list. The h100/h200 presets turn it on; off gives the model before these terms.
+  bool latency_terms = false;
+  double first_launch_us = 0.0;  ///< the call's first kernel: launch to its first CTA running
+  double pdl_launch_us = 0.0;    ///< each later attention kernel of the call
+  double round_trip_us = 0.0;    ///< one dependent global load after an L2 flush
+  double cta_fixed_us = 0.0;     ///< a CTA's fixed cost besides its prologue's round trips
+  /// Dependent global loads before a CTA's first K/V arrive: item, then rows and ranges, then
+  /// page ids, then K/V (tile::kPrologueRoundTrips).
+  int32_t prologue_round_trips = 4;
+  double merge_release_us = 0.0;  ///< the last attention CTA's end to the merge's release
+  int32_t merge_round_trips = 4;  ///< the merge's dependent loads after its release
 };
 
 /// "a100", "h100", "h200" (case-insensitive); throws std::invalid_argument naming "device".

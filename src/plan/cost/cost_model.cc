@@ -27,6 +27,12 @@
 // CTA (the mean merge-list length x passes x merge_slot_us). The DeviceInfo defaults (no latency
 // floor, merge launch = launch overhead) give the original uncalibrated model. Deterministic, O(C
 // log C) in CTAs.
+//
+// With DeviceInfo::latency_terms the plan's fixed terms follow the call's critical path instead:
+// first_launch_us, then pdl_launch_us for each further attention kernel (PDL starts it while the
+// previous one runs), a CTA's overhead is cta_fixed_us + prologue_round_trips x round_trip_us, and
+// the merge is a phase that starts when the attention ends: merge_release_us +
+// merge_round_trips x round_trip_us + max(bytes, the longest merge list's chain).
 #include "treeattn/plan/cost_model.h"
 
 #include <algorithm>
@@ -65,7 +71,8 @@ struct CtaModel {
     slot_bw = dev.hbm_read_GBps * 1e3 / slots;  // bytes per us
     kv_bw = slot_bw * dev.cta_bw_factor;  // KV may come from L2 (the plan bound: unique bytes)
     slot_flops = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency / slots;  // FLOPs per us
-    overhead = dev.item_overhead_us;
+    overhead = dev.latency_terms ? dev.cta_fixed_us + dev.prologue_round_trips * dev.round_trip_us
+                                 : dev.item_overhead_us;
     mask_scale[0] = 1.0 + dev.mask_penalty_m16;
     mask_scale[1] = mask_scale[2] = 1.0 + dev.mask_penalty;
     // Kernel KV tile (tokens) per class and its latency floor: 64-token tiles (32 for head_dim
@@ -193,8 +200,8 @@ ItemCost estimate_item(const DeviceInfo& dev, const PlanShape& shape, TileClass 
 }
 
 double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSummary* items,
-                         size_t num_items, int64_t num_slots, int64_t merged_queries,
-                         double prune_above) {
+                         size_t num_items, const MergeSummary& merge, double prune_above) {
+  const int64_t num_slots = merge.slots, merged_queries = merge.queries;
   check_device(dev);
   const int64_t kv_heads = s.num_kv_heads;
   const int64_t group = s.group();
@@ -236,20 +243,28 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   }
   const double bw = dev.hbm_read_GBps * 1e3;                     // bytes per us
   const double rate = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency;  // FLOPs per us
-  double fixed = 0;
-  for (bool u : used_class) fixed += u ? dev.launch_overhead_us : 0.0;
+  int launches = 0;
+  for (bool u : used_class) launches += u;
+  double fixed = dev.latency_terms
+                     ? (launches > 0 ? dev.first_launch_us + (launches - 1) * dev.pdl_launch_us : 0)
+                     : launches * dev.launch_overhead_us;
   if (num_slots > 0) {
     const double bytes =
         static_cast<double>(num_slots) * s.num_qo_heads * (s.head_dim * 4.0 + 4.0) +
         static_cast<double>(merged_queries) * s.num_qo_heads * s.head_dim * s.dtype_bytes;
     // One merge CTA per query folds its slots serially (two dependent loads per slot), in
-    // ceil(qo_heads x head_dim / 8 / 128) passes of its 128 threads: the average merge list
-    // sets the chain when the slot latency outweighs the bytes.
+    // ceil(qo_heads x head_dim / 8 / 128) passes of its 128 threads: the average merge list (the
+    // longest, as the critical path, with the latency terms) sets the chain when the slot
+    // latency outweighs the bytes.
     const int64_t passes = (static_cast<int64_t>(s.num_qo_heads) * s.head_dim / 8 + 127) / 128;
-    const double chain = merged_queries > 0 ? static_cast<double>(num_slots) / merged_queries *
-                                                  static_cast<double>(passes) * dev.merge_slot_us
-                                            : 0.0;
-    fixed += dev.merge_launch_us + std::max(bytes / bw, chain);
+    const double list = dev.latency_terms ? static_cast<double>(merge.longest)
+                        : merged_queries > 0
+                            ? static_cast<double>(num_slots) / static_cast<double>(merged_queries)
+                            : 0.0;
+    const double chain = list * static_cast<double>(passes) * dev.merge_slot_us;
+    fixed += (dev.latency_terms ? dev.merge_release_us + dev.merge_round_trips * dev.round_trip_us
+                                : dev.merge_launch_us) +
+             std::max(bytes / bw, chain);
   }
   // LPT makespan >= max(longest CTA, total CTA time / slots): skip the LPT when even that bound
   // cannot beat prune_above.
@@ -292,11 +307,11 @@ double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
     for (int32_t r = 0; r < it.num_rows; ++r)
       items[i].partial_rows += plan.rows[it.row_begin + r].slot != kFinalOutput;
   }
-  int64_t merged_queries = 0;
+  MergeSummary merge;
   for (size_t q = 0; q + 1 < plan.merge_indptr.size(); ++q)
-    merged_queries += plan.merge_indptr[q + 1] > plan.merge_indptr[q];
-  return estimate_items_us(dev, plan.shape, items.data(), items.size(), plan.num_slots,
-                           merged_queries);
+    merge.add_list(plan.merge_indptr[q + 1] - plan.merge_indptr[q]);
+  merge.slots = plan.num_slots;
+  return estimate_items_us(dev, plan.shape, items.data(), items.size(), merge);
 }
 
 }  // namespace treeattn

@@ -15,6 +15,22 @@
 namespace treeattn {
 namespace {
 
+/// The critical-path latency terms (DeviceInfo::latency_terms, docs/cost_model.md), fitted by
+/// tools/calibrate_cost_model.py --free first_launch_us,pdl_launch_us,round_trip_us,cta_fixed_us,
+/// merge_release_us to bench/results/h100-2026-11-23-allplanners-s4.json (983 results of the
+/// current kernels, the other terms as in set_h100_fit): |log(estimate / measured)| median 0.127,
+/// p90 0.31, rms 0.208 (off: 0.152, 0.37, 0.242).
+void set_h100_latency(DeviceInfo* d) {
+  d->latency_terms = true;
+  d->first_launch_us = 2.571;   // first kernel's launch to its first CTA
+  d->pdl_launch_us = 4.605;     // each further attention kernel: completions are ordered
+  d->round_trip_us = 0.5694;    // one dependent global load after the L2 flush
+  d->cta_fixed_us = 0.8158;     // Q, epilogue and the rest of a CTA's fixed cost
+  d->prologue_round_trips = 4;  // item -> rows, ranges -> page ids -> K/V
+  d->merge_release_us = 6.161;  // the last attention CTA's end to the merge's release
+  d->merge_round_trips = 4;     // merge list bounds -> slots -> LSEs -> partials
+}
+
 /// The kernel-dependent terms fitted by tools/calibrate_cost_model.py to
 /// bench/results/h100-2026-11-23-allplanners.json (919 results: the FastTree and PAT sets x 8
 /// planners, H100, fp16, kernels of 2026-11-23 with wgmma, the mask skip and the lane-per-row
@@ -38,6 +54,7 @@ void set_h100_fit(DeviceInfo* d) {
   d->wide_ctas_per_sm = 4;
   d->wide_m16_ctas_per_sm = 3;
   d->m128_ctas_per_sm = 1;  // cudaOccupancyMaxActiveBlocksPerMultiprocessor, every head_dim
+  set_h100_latency(d);
 }
 
 /// The hardware figures of each preset (achievable ceilings, see the file comment).
@@ -82,6 +99,13 @@ void validate_device(const DeviceInfo& d) {
   check_real(d.merge_slot_us, false, "merge_slot_us");
   check_real(d.mask_penalty, false, "mask_penalty");
   check_real(d.mask_penalty_m16, false, "mask_penalty_m16");
+  check_real(d.first_launch_us, false, "first_launch_us");
+  check_real(d.pdl_launch_us, false, "pdl_launch_us");
+  check_real(d.round_trip_us, false, "round_trip_us");
+  check_real(d.cta_fixed_us, false, "cta_fixed_us");
+  check_real(d.merge_release_us, false, "merge_release_us");
+  check_count(d.prologue_round_trips, 0, "prologue_round_trips");
+  check_count(d.merge_round_trips, 0, "merge_round_trips");
   TA_CHECK_ARG(std::isfinite(d.cta_bw_factor) && d.cta_bw_factor >= 1.0, "device.cta_bw_factor",
                "must be finite and >= 1, got ", d.cta_bw_factor);
 }
@@ -112,6 +136,11 @@ DeviceInfo device_preset(const std::string& name) {
       d.tile_latency_m128_us *= kClock;
       d.tile_latency_wide_us *= kClock;
       d.merge_slot_us *= kClock;
+      d.first_launch_us *= kClock;
+      d.pdl_launch_us = d.first_launch_us;  // each kernel launched in full
+      d.round_trip_us *= kClock;
+      d.cta_fixed_us *= kClock;
+      d.merge_release_us = d.first_launch_us;
     }
     return d;
   }

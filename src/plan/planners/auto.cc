@@ -102,12 +102,9 @@ class AutoPlanner {
       const int32_t kp = split_pieces(g.len, parts[i]).parts;
       for (int32_t k = g.q_begin; k < g.q_end; ++k) count_[cg.queries[k]] += kp;
     }
-    int64_t num_slots = 0, merged = 0;
+    MergeSummary merge;
     for (const int32_t c : count_)
-      if (c > 1) {
-        num_slots += c;
-        ++merged;
-      }
+      if (c > 1) merge.add_list(c);
     items_.clear();
     for (const Chunk& ch : chunks_) {
       const ChainGroups::Group& g = cg.groups[ch.group];
@@ -118,8 +115,7 @@ class AutoPlanner {
       it.tile = ch.tile;
       append_piece_summaries(split_pieces(g.len, parts[ch.group]), it, &items_);
     }
-    return estimate_items_us(opts_.device, shape_, items_.data(), items_.size(), num_slots, merged,
-                             bound());
+    return estimate_items_us(opts_.device, shape_, items_.data(), items_.size(), merge, bound());
   }
 
   /// The query chunks emit() cuts every group into (cap_ queries each, filled greedily).
