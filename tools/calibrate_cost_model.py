@@ -16,7 +16,7 @@ benchmark file (items and KV bytes read); plans that differ (e.g. auto under a c
 skipped.
 
 Usage: python3 tools/calibrate_cost_model.py bench/results/h100-2026-11-22.json \
-           [--base h100] [--iters 400] [--auto-device h100] [--free a,b,..] [--skip-fit]
+           [--base h100] [--iters 600] [--auto-device h100] [--free a,b,..] [--skip-fit]
 Needs the treeattn package (pip install ., CPU-only is enough). Run by an interpreter without it,
 the script runs itself again with the repository's .venv/bin/python (where tools/setup.sh and
 tools/test.sh install it) when that has it, and otherwise says how to get it.
