@@ -9,7 +9,7 @@
 
 #include "treeattn/plan/incremental.h"
 #include "treeattn/plan/planner.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 
 namespace {
 

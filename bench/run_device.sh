@@ -46,11 +46,11 @@ if has build; then
   note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
   if [[ $rc -ne 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -20; tail -20 "$OUT/build.log"; exit 1; fi
   # resource usage (registers, stack, spills) and HMMA count of the sm_90a kernels
-  for f in $BUILD/CMakeFiles/treeattn_cuda.dir/src/cuda/inst_*.o; do
+  for f in $BUILD/CMakeFiles/treeattn_cuda.dir/src/kernels/inst_*.o; do
     cuobjdump --dump-resource-usage "$f" 2>/dev/null | grep -E "Function|REG" | paste - - |
       sed -E 's/.*Function _ZN8treeattn11cuda_detail[0-9]+//; s/EEEvNS0_12KernelParamsE:?//; s/CONSTANT.*//'
   done >>"$SUMMARY"
-  note "sass HMMA (fp16 hd128): $(cuobjdump -sass $BUILD/CMakeFiles/treeattn_cuda.dir/src/cuda/inst_fp16_hd128.cu.o | grep -c HMMA), LDL/STL: $(cuobjdump -sass $BUILD/CMakeFiles/treeattn_cuda.dir/src/cuda/inst_fp16_hd128.cu.o | grep -cE 'LDL|STL')"
+  note "sass HMMA (fp16 hd128): $(cuobjdump -sass $BUILD/CMakeFiles/treeattn_cuda.dir/src/kernels/inst_fp16_hd128.cu.o | grep -c HMMA), LDL/STL: $(cuobjdump -sass $BUILD/CMakeFiles/treeattn_cuda.dir/src/kernels/inst_fp16_hd128.cu.o | grep -cE 'LDL|STL')"
 fi
 
 if has tests; then

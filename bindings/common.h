@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "treeattn/plan/device_info.h"
+#include "treeattn/plan/cost/device_info.h"
 #include "treeattn/plan/layout.h"
 #include "treeattn/plan/plan.h"
 #include "treeattn/plan/shared_plan.h"

@@ -9,7 +9,7 @@
 
 #include "common.h"
 #include "treeattn/common/error.h"
-#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/coverage.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/stats.h"

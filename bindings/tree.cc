@@ -11,7 +11,10 @@
 #include "common.h"
 #include "treeattn/common/error.h"
 #include "treeattn/plan/planner.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/block_tables.h"
+#include "treeattn/tree/json.h"
+#include "treeattn/tree/levels.h"
+#include "treeattn/tree/random_tree.h"
 #include "treeattn/tree/workloads.h"
 
 namespace treeattn::py {
@@ -244,7 +247,7 @@ void register_tree(nb::module_& m) {
 
   nb::class_<DeviceInfo>(m, "DeviceInfo",
                          "What the planners' cost model knows about a GPU (plain values; every "
-                         "field of the C++ DeviceInfo, include/treeattn/plan/device_info.h).")
+                         "field of the C++ DeviceInfo, include/treeattn/plan/cost/device_info.h).")
       .def(nb::init<>())
       .def_static("preset", &device_preset, nb::arg("name"), "'a100', 'h100' or 'h200'.")
       .def_rw("name", &DeviceInfo::name)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the kernel instantiation files src/cuda/inst_<dtype>_hd<head_dim>.cu from one table.
+"""Writes the kernel instantiation files src/kernels/inst_<dtype>_hd<head_dim>.cu from one table.
 
 Each file defines launch_plan<dtype, head_dim> (all three tile classes plus the merge). Under
 TREEATTN_CI_KERNELS only the CI subset keeps its kernel bodies; the other files still compile and

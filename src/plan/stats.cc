@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/cost/cost_model.h"
 
 namespace treeattn {
 

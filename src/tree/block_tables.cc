@@ -25,7 +25,7 @@
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/block_tables.h"
 
 namespace treeattn {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace treeattn::detail {

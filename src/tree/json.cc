@@ -1,4 +1,4 @@
-// The stable JSON tree format (see builders.h): a small hand-written, strict JSON reader (depth
+// The stable JSON tree format (include/treeattn/tree/json.h): a small hand-written, strict JSON reader (depth
 // limit, exact integer ranges, \u escapes, duplicate keys rejected in every object, errors naming
 // the JSON path such as "nodes[3].parent") and the writer tree_to_json().
 //
@@ -32,7 +32,7 @@
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/json.h"
 
 namespace treeattn {
 

@@ -7,7 +7,7 @@
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 
 namespace treeattn {
 

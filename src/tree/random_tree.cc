@@ -7,7 +7,8 @@
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
+#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "treeattn/common/int_math.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace treeattn::detail {

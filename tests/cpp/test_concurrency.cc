@@ -17,7 +17,7 @@
 #include "treeattn/cpu/random_inputs.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/shared_plan.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 
 namespace treeattn {
 namespace {

@@ -8,9 +8,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/planner.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 
 namespace treeattn {
 namespace {

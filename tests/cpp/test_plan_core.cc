@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "../../src/plan/plan_builder.h"
+#include "plan/planners/plan_builder.h"
 #include "treeattn/common/half.h"
-#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/coverage.h"
 #include "treeattn/plan/layout.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/ranges.h"
 #include "treeattn/plan/stats.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 
 namespace treeattn {
 namespace {

@@ -11,12 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "../../src/plan/cost/forge_profile.h"
-#include "../../src/plan/planners/planner_util.h"
-#include "../../src/plan/planners/planners.h"
-#include "treeattn/plan/cost_model.h"
+#include "plan/cost/forge_profile.h"
+#include "plan/planners/planner_util.h"
+#include "plan/planners/planners.h"
+#include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/planner.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
+#include "treeattn/tree/random_tree.h"
 #include "treeattn/tree/workloads.h"
 
 namespace treeattn {

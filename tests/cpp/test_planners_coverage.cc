@@ -11,7 +11,8 @@
 #include "test_planners_util.h"
 #include "treeattn/plan/coverage.h"
 #include "treeattn/plan/planner.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
+#include "treeattn/tree/random_tree.h"
 #include "treeattn/tree/workloads.h"
 
 namespace treeattn {

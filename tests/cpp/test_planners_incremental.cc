@@ -11,7 +11,8 @@
 #include "treeattn/plan/coverage.h"
 #include "treeattn/plan/incremental.h"
 #include "treeattn/plan/planner.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
+#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 namespace {

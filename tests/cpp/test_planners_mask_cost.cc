@@ -7,10 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "../../src/plan/planners/planners.h"
-#include "treeattn/plan/cost_model.h"
+#include "plan/planners/planners.h"
+#include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/planner.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
+#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 namespace {

@@ -12,7 +12,10 @@
 #include "treeattn/plan/layout.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/stats.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/block_tables.h"
+#include "treeattn/tree/json.h"
+#include "treeattn/tree/levels.h"
+#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 namespace {

@@ -6,7 +6,8 @@
 #include <random>
 
 #include "test_tree_util.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/block_tables.h"
+#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 namespace {

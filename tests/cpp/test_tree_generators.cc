@@ -7,7 +7,7 @@
 #include <set>
 #include <tuple>
 
-#include "../../src/tree/generators.h"
+#include "tree/generators.h"
 #include "test_tree_util.h"
 #include "treeattn/common/error.h"
 #include "treeattn/tree/workloads.h"

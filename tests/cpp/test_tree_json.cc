@@ -12,7 +12,8 @@
 #endif
 
 #include "test_tree_util.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/json.h"
+#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "test_tree_util.h"
 #include "treeattn/common/error.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 #include "treeattn/tree/workloads.h"
 
 namespace treeattn {

@@ -14,7 +14,10 @@
 
 #include "test_tree_util.h"
 #include "treeattn/common/error.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/block_tables.h"
+#include "treeattn/tree/json.h"
+#include "treeattn/tree/levels.h"
+#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 namespace {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace treeattn::testing_util {

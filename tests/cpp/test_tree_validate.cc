@@ -6,6 +6,7 @@
 
 #include "test_tree_util.h"
 #include "treeattn/tree/prefix_tree.h"
+#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fuzz_bytes.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/block_tables.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace {

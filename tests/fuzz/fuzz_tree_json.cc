@@ -14,7 +14,7 @@
 #include <string>
 
 #include "fuzz_heap.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/json.h"
 #include "treeattn/tree/prefix_tree.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

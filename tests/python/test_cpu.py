@@ -176,7 +176,7 @@ def test_plan_stats_and_coverage(planner):
     assert p.device_index is None and p.max_page_id == tree.num_pages - 1
 
 
-# Every field of the C++ DeviceInfo (include/treeattn/plan/device_info.h), in declaration order.
+# Every field of the C++ DeviceInfo (include/treeattn/plan/cost/device_info.h), in declaration order.
 DEVICE_FIELDS = [
     "name", "num_sms", "smem_per_sm_bytes", "hbm_read_GBps", "tc_TFLOPs", "mma_efficiency",
     "launch_overhead_us", "item_overhead_us", "ctas_per_sm", "merge_launch_us", "tile_latency_us",

@@ -5,7 +5,8 @@
 #include <stdexcept>
 
 #include "treeattn/plan/planner.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/json.h"
+#include "treeattn/tree/levels.h"
 #include "treeattn/tree/workloads.h"
 
 namespace treeattn::cli {
@@ -52,7 +53,7 @@ Problem from_workload(const Workload& w0, const Overrides& o, PageLayout layout,
 
 std::vector<FlagSpec> input_flags(bool with_sets) {
   std::vector<FlagSpec> f = {
-      {"tree", true, "JSON tree file (format in include/treeattn/tree/builders.h)", false,
+      {"tree", true, "JSON tree file (format in include/treeattn/tree/json.h)", false,
        FileRole::kInput},
       {"levels", true, "level spec, e.g. 'N=1,16 C=1024,64 heads=32/8'"},
       {"workload", true, "one named workload: 'fasttree:3' or its exact line (treeattn workloads)"},

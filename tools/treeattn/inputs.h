@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "args.h"
-#include "treeattn/plan/device_info.h"
+#include "treeattn/plan/cost/device_info.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace treeattn::cli {

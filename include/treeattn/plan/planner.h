@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "treeattn/plan/device_info.h"
+#include "treeattn/plan/cost/device_info.h"
 #include "treeattn/plan/plan.h"
 #include "treeattn/tree/prefix_tree.h"
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "treeattn/plan/device_info.h"
+#include "treeattn/plan/cost/device_info.h"
 #include "treeattn/plan/plan.h"
 #include "treeattn/tree/prefix_tree.h"
 

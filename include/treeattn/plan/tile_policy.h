@@ -1,5 +1,5 @@
 // Tile policy of the decode kernels in one place, as plain C++17 constexpr functions: the CUDA
-// launch code (src/cuda), the cost model and the plan statistics all read it, so the kernel that
+// launch code (src/kernels), the cost model and the plan statistics all read it, so the kernel that
 // runs and the kernel that is modelled cannot drift apart. The SM count and the resident CTAs per
 // SM are arguments (the launch code asks the CUDA occupancy API; the cost model uses DeviceInfo).
 //
@@ -17,7 +17,7 @@
 //    and the page ids are cached; each head runs its own pipeline and epilogue.
 //  * kM64 = 4 warps x 16 rows, kM128 = 8 warps x 16 rows: 64-token tiles (32 for head_dim 256),
 //    3 stages, one KV head per CTA. On sm_90a with head_dim <= 128 each warpgroup (64 rows) runs
-//    its S = Q K^T and O += P V as wgmma (src/cuda/wgmma.cuh); elsewhere mma.sync per warp.
+//    its S = Q K^T and O += P V as wgmma (src/kernels/wgmma.cuh); elsewhere mma.sync per warp.
 //  * Masked items: a warp (a warpgroup under wgmma) skips the KV tiles none of its rows sees;
 //    the cost model counts only the MMAs that run (masked_mma_fraction in cost_model.h).
 #pragma once

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 
 namespace treeattn {
 

@@ -33,7 +33,7 @@
 // previous one runs), a CTA's overhead is cta_fixed_us + prologue_round_trips x round_trip_us, and
 // the merge is a phase that starts when the attention ends: merge_release_us +
 // merge_round_trips x round_trip_us + max(bytes, the longest merge list's chain).
-#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/cost/cost_model.h"
 
 #include <algorithm>
 #include <functional>

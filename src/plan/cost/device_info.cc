@@ -4,7 +4,7 @@
 // 2 GiB, cuBLAS fp16 8192^3 757 TFLOP/s; bench/NOTES.md has treeattn's own measurement, 3.07 TB/s
 // and 752 TFLOP/s), H200 measured the same way (4.20 TB/s, 762 TFLOP/s), A100 typical (1.6 TB/s,
 // 290 TFLOP/s).
-#include "treeattn/plan/device_info.h"
+#include "treeattn/plan/cost/device_info.h"
 
 #include <algorithm>
 #include <cctype>
@@ -50,7 +50,7 @@ void set_h100_fit(DeviceInfo* d) {
   d->mask_penalty = 1.289;           // masked kM64/kM128 CTA: x2.29 (whole-warpgroup MMAs)
   d->mask_penalty_m16 = 0.2094;      // masked kM16 CTA: x1.21
   d->cta_bw_factor = 1.992;          // a CTA's KV stream: ~2x its HBM share (L2 re-reads)
-  d->ctas_per_sm = 2;                // kernel occupancy (src/cuda/decode_params.h)
+  d->ctas_per_sm = 2;                // kernel occupancy (src/kernels/decode_params.h)
   d->wide_ctas_per_sm = 4;
   d->wide_m16_ctas_per_sm = 3;
   d->m128_ctas_per_sm = 1;  // cudaOccupancyMaxActiveBlocksPerMultiprocessor, every head_dim

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/cost/cost_model.h"
 
 namespace treeattn::planners {
 

@@ -18,7 +18,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../cost/forge_profile.h"
+#include "plan/cost/forge_profile.h"
 #include "planner_util.h"
 #include "planners.h"
 

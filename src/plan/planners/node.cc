@@ -5,7 +5,7 @@
 // writes its output directly when its path yields exactly one row.
 #include <algorithm>
 
-#include "../plan_builder.h"
+#include "plan_builder.h"
 #include "planner_util.h"
 #include "planners.h"
 

@@ -1,4 +1,4 @@
-// Helpers shared by the planners beyond plan building (../plan_builder.h): device slots, DeFT
+// Helpers shared by the planners beyond plan building (plan_builder.h): device slots, DeFT
 // block sizes, and "chain groups" (a set of queries over a chain of node slices) with the one
 // chain-folding walk that FastTree, PAT and auto run with their own fold rules. Not installed.
 #pragma once
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../plan_builder.h"
+#include "plan_builder.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"
 

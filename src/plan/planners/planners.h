@@ -1,6 +1,6 @@
 // The planner algorithms, one entry point per file of this folder, and the planner table
 // (planners.cc) from which make_plan() (../planner.cc), planner_names() and auto's candidate list
-// are derived. An item-emitting planner writes into a PlanBuilder (../plan_builder.h) in either
+// are derived. An item-emitting planner writes into a PlanBuilder (plan_builder.h) in either
 // mode; `auto` (auto.cc) scores candidates with cost-only builders and returns its plan. Not
 // installed.
 #pragma once
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../plan_builder.h"
+#include "plan_builder.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"
 

@@ -5,7 +5,7 @@
 // tokens; a chunk may start or end mid-node) whose partials the merge combines.
 #include <algorithm>
 
-#include "../plan_builder.h"
+#include "plan_builder.h"
 #include "planner_util.h"
 #include "planners.h"
 

@@ -11,7 +11,7 @@
 #include "treeattn/common/half.h"
 #include "treeattn/cpu/random_inputs.h"
 #include "treeattn/cpu/reference.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 
 namespace treeattn::gpu_test {
 

@@ -19,7 +19,8 @@
 #include "treeattn/cpu/reference.h"
 #include "treeattn/kernels/decode.h"
 #include "treeattn/plan/planner.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
+#include "treeattn/tree/random_tree.h"
 #include "treeattn/tree/workloads.h"
 
 namespace treeattn::gpu_test {

@@ -17,7 +17,7 @@
 #include "treeattn/cpu/executor.h"
 #include "treeattn/cpu/random_inputs.h"
 #include "treeattn/kernels/device_plan.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 
 namespace treeattn::gpu_test {
 namespace {

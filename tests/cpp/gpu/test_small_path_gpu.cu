@@ -13,7 +13,7 @@
 #include "treeattn/kernels/device_plan.h"
 #include "treeattn/plan/layout.h"
 #include "treeattn/plan/tile_policy.h"
-#include "treeattn/tree/builders.h"
+#include "treeattn/tree/levels.h"
 
 namespace treeattn::gpu_test {
 namespace {

@@ -1,6 +1,6 @@
 // Paged tree-attention kernel (one CTA per (work item, group of KV heads)) and the per-query LSE
 // merge kernel, as templates over (dtype, head_dim, tile class); instantiated by
-// src/cuda/inst_*.cu.
+// src/kernels/inst_*.cu.
 //
 // Attention kernel, per CTA and KV head (the kM16 configs walk heads_per_cta heads one after the
 // other, so the item's metadata chain is paid once per CTA, not per head):

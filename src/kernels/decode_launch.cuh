@@ -2,7 +2,7 @@
 // nonzero capacity (grid = (class capacity, kv heads / heads per CTA), dynamic shared memory from
 // AttnConfig),
 // then the merge over the query capacity when the layout has partial slots. Included only by the
-// generated src/cuda/inst_*.cu files.
+// generated src/kernels/inst_*.cu files.
 #pragma once
 
 #include <cuda_runtime.h>

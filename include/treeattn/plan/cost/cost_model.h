@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "treeattn/plan/device_info.h"
+#include "treeattn/plan/cost/device_info.h"
 #include "treeattn/plan/plan.h"
 
 namespace treeattn {

@@ -1,6 +1,6 @@
 // Internal: the parameter block every decode kernel receives (plain host/device data) and the
 // per-(dtype, head_dim) launcher declared here and defined in the generated instantiation files
-// src/cuda/inst_*.cu.
+// src/kernels/inst_*.cu.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +53,7 @@ using tile::warps_m;
 using tile::warps_n;
 
 /// Launches every attention class with nonzero capacity, then the merge when layout.slots > 0.
-/// Defined per (dtype, head_dim) in the generated src/cuda/inst_*.cu files.
+/// Defined per (dtype, head_dim) in the generated src/kernels/inst_*.cu files.
 template <DType kDType, int kHeadDim>
 Status launch_plan(const KernelParams& p, const PlanLayout& layout, cudaStream_t stream);
 #define TREEATTN_DECLARE_LAUNCH_PLAN(DT, HD)                                  \
@@ -74,7 +74,7 @@ bool device_supports_pdl();
 /// Multiprocessor count of the current device (cached per device; 132 if unknown).
 int device_sm_count();
 
-/// Records a CUDA error string for last_cuda_error() (launch.cu).
+/// Records a CUDA error string for last_cuda_error() (decode.cu).
 void set_last_cuda_error(const char* msg);
 
 }  // namespace treeattn::cuda_detail

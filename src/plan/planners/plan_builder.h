@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "treeattn/common/int_math.h"
-#include "treeattn/plan/cost_model.h"
+#include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"
 
