@@ -121,6 +121,10 @@ ok "workloads --json" "$CLI" workloads --set pat --json "$TMP/workloads.json"
 grep -q '"key": "pat:0"' "$TMP/workloads.json" || { echo "FAIL: workloads --json"; failures=$((failures + 1)); }
 bad "--tolerance" "$CLI" check --levels 'N=1,4 C=100,20' --planner node --tolerance nan
 bad "unknown command" "$CLI" frobnicate
+if "$CLI" bench --help > /dev/null 2>&1; then  # CUDA builds
+  bad "--grouped-kernel: expected legacy, ws or both" "$CLI" bench --levels 'N=1,4 C=100,20' \
+    --grouped-kernel bogus
+fi
 
 if [ "$failures" -ne 0 ]; then
   echo "cli_smoke: $failures failure(s)"

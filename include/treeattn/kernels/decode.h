@@ -61,4 +61,19 @@ const char* last_cuda_error();
 void set_kv_heads_per_cta(int n);
 int kv_heads_per_cta_override();
 
+/// Kernel of the grouped tile classes (kM64, kM128) at head_dim <= 128:
+///  * kLegacy: one warp per 16 rows, every warp loads and computes (mma.sync, or wgmma per
+///    warpgroup on sm_90a);
+///  * kWarpSpecialized: the Hopper kernel of src/cuda/sm90/ (a producer warpgroup fills an
+///    mbarrier ring, two consumer warpgroups ping-pong their wgmma and softmax). Runs only where
+///    grouped_kernel_supported() says so; elsewhere the launcher takes kLegacy.
+enum class GroupedKernel : int32_t { kLegacy = 0, kWarpSpecialized = 1 };
+/// Selects the grouped kernel for every later launch of this process (default kLegacy). Read on
+/// the host at launch, so a captured CUDA graph keeps the kernel it was captured with.
+void set_grouped_kernel(GroupedKernel k);
+GroupedKernel grouped_kernel();
+/// True when the current device runs `k` (kWarpSpecialized: an sm_90 device and a build with
+/// sm_90a code).
+bool grouped_kernel_supported(GroupedKernel k);
+
 }  // namespace treeattn

@@ -1,0 +1,90 @@
+// Producer warpgroup of the warp-specialized Hopper kernel: gathers the CTA's Q rows and its
+// item's paged K/V tokens into shared memory with 16-byte cp.async copies, and signals each
+// stage's K-full and V-full mbarriers through the copies themselves
+// (cp.async.mbarrier.arrive.noinc: a thread's arrival triggers when its earlier copies land).
+//
+// Tile t goes to stage t % STAGES. Before overwriting a stage the producer waits for the
+// consumers' release of its previous tile: K-empty before the K copies (and the mask words),
+// V-empty before the V copies, so K of tile t + 1 loads while V of tile t is still being read. The
+// page addresses of a tile's token rows are computed before those waits, so their loads overlap
+// them: lane i < WROWS of a warp computes the warp's i-th token row of the tile (range seek, page
+// id, the mask word's address), and the row's CPT lanes take its offset by shuffle. Rows past the
+// item re-read its last token (every copy is a full 16 bytes); their mask word is zero-filled, and
+// the consumers hide their scores. Q rows past the item are zero-filled. The copies of Q precede
+// tile 0's, so a consumer's first K-full wait covers Q too.
+#pragma once
+
+#include "config.cuh"
+
+namespace treeattn::cuda_detail::sm90 {
+
+template <class C>
+__device__ __forceinline__ void produce(const KernelParams& p, const DeviceItem& item, int kv_head,
+                                        uint32_t s_base, PipelineBars<C::STAGES> bars, int ptid) {
+  using T = typename C::T;
+  constexpr int CPT = C::CPT, BN = C::BN, RPP = C::ROWS_PER_PASS, RPW = C::RPW;
+  const int warp = ptid >> 5, lane = ptid & 31;
+  const int c = ptid % CPT;     // the thread's 16-byte chunk column
+  const int prow = ptid / CPT;  // the thread's row within a copy pass
+
+  const int num_tiles = (item.kv_tokens + C::BN - 1) / C::BN;
+  // ---- Q (only when a consumer waits for it: an item has tokens)
+  if (num_tiles > 0)
+    copy_q_rows<T, C::ROWS, RPP>(p, item, kv_head, s_base + C::Q_OFF, c, prow,
+                                 [](int r, int cc) { return block_swz<C::ROWS>(r, cc); });
+
+  // ---- K/V tiles
+  const bool masked = item.mask_begin >= 0;
+  // Byte addresses: the row's lane computes the K address of its row at this head (chunk 0); a
+  // copying lane adds its chunk's bytes (K) or those plus the V - K distance (V).
+  const uint64_t k_head = reinterpret_cast<uint64_t>(p.k) + 2 * kv_head * p.head_stride;
+  const uint64_t k_chunk = 16 * c;
+  const uint64_t v_chunk =
+      k_chunk + (reinterpret_cast<uint64_t>(p.v) - reinterpret_cast<uint64_t>(p.k));
+  // the token row (within a tile) whose address this lane computes
+  const int lane_row = (lane / RPW) * RPP + warp * RPW + lane % RPW;
+  // the thread's chunk in copy pass k is at chunk_off + k * RPP * 128 (RPP is a multiple of 8, so
+  // the row's swizzle phase is the same in every pass: immediate offsets)
+  const uint32_t chunk_off = block_swz<BN>(prow, c);
+  const uint32_t s_mask = s_base + C::MASK_OFF + lane_row * 8;
+  RangeCursor cursor;
+  cursor.init(p.ranges + item.range_begin, item.num_ranges);
+  for (int t = 0; t < num_tiles; ++t) {
+    const int s = t % C::STAGES;
+    const uint32_t release_parity = ((t / C::STAGES) & 1) ^ 1;  // of the stage's previous tile
+    uint64_t row_addr = 0;
+    const uint64_t* mask_src = p.masks;
+    int mask_bytes = 0;
+    if (lane < C::WROWS) {
+      const int raw = t * BN + lane_row;
+      const int pos = min(raw, item.kv_tokens - 1);
+      cursor.seek(pos);
+      row_addr = k_head + 2 * cursor.slot_offset(p, pos);
+      if (masked && raw < item.kv_tokens) {
+        mask_src = p.masks + item.mask_begin + cursor.idx;
+        mask_bytes = 8;
+      }
+    }
+    const uint32_t sK = s_base + s * C::STAGE_BYTES + chunk_off;
+    const uint32_t sV = sK + C::TILE_BYTES;
+    if (t >= C::STAGES) mbar_wait(bars.empty_k(s), release_parity);
+    if (masked && lane < C::WROWS)
+      cp_async8(s_mask + s * C::MASK_STAGE_BYTES, mask_src, mask_bytes);
+#pragma unroll
+    for (int k = 0; k < C::PASSES; ++k) {
+      const uint64_t row = __shfl_sync(0xffffffffu, row_addr, k * RPW + lane / CPT);
+      cp_async16(sK + k * RPP * 128, reinterpret_cast<const void*>(row + k_chunk));
+    }
+    mbar_arrive_cp_async(bars.full_k(s));
+    if (t >= C::STAGES) mbar_wait(bars.empty_v(s), release_parity);
+#pragma unroll
+    for (int k = 0; k < C::PASSES; ++k) {
+      const uint64_t row = __shfl_sync(0xffffffffu, row_addr, k * RPW + lane / CPT);
+      cp_async16(sV + k * RPP * 128, reinterpret_cast<const void*>(row + v_chunk));
+    }
+    mbar_arrive_cp_async(bars.full_v(s));
+  }
+  cp_async_wait_all();  // nothing in flight when the warpgroup exits
+}
+
+}  // namespace treeattn::cuda_detail::sm90
