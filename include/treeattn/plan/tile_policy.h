@@ -18,6 +18,9 @@
 //  * kM64 = 4 warps x 16 rows, kM128 = 8 warps x 16 rows: 64-token tiles (32 for head_dim 256),
 //    3 stages, one KV head per CTA. On sm_90a with head_dim <= 128 each warpgroup (64 rows) runs
 //    its S = Q K^T and O += P V as wgmma (src/cuda/wgmma.cuh); elsewhere mma.sync per warp.
+//    set_grouped_kernel(kWarpSpecialized) runs them on the warp-specialized sm_90a kernel instead
+//    (src/cuda/sm90/config.cuh: 1 CTA per SM, kM64 with 64-token tiles split over two consumer
+//    warpgroups, kM128 with 128-token tiles); the cost model describes the kernel above.
 //  * Masked items: a warp (a warpgroup under wgmma) skips the KV tiles none of its rows sees;
 //    the cost model counts only the MMAs that run (masked_mma_fraction in cost_model.h).
 #pragma once
