@@ -6,9 +6,10 @@
 // Tile t goes to stage t % STAGES. Before overwriting a stage the producer waits for the
 // consumers' release of its previous tile: K-empty before the K copies (and the mask words),
 // V-empty before the V copies, so K of tile t + 1 loads while V of tile t is still being read. The
-// page addresses of a tile's token rows are computed before those waits, so their loads overlap
-// them: lane i < WROWS of a warp computes the warp's i-th token row of the tile (range seek, page
-// id, the mask word's address), and the row's CPT lanes take its offset by shuffle. Rows past the
+// page addresses of tile t + 1's token rows are computed before tile t's V-empty wait, so their
+// loads overlap it and the V copies: lane i < WROWS of a warp computes the warp's i-th token row
+// of the tile (range seek, page id, the mask word's index), and the row's CPT lanes take its
+// address by shuffle. Rows past the
 // item re-read its last token (every copy is a full 16 bytes); their mask word is zero-filled, and
 // the consumers hide their scores. Q rows past the item are zero-filled. The copies of Q precede
 // tile 0's, so a consumer's first K-full wait covers Q too.
@@ -49,40 +50,50 @@ __device__ __forceinline__ void produce(const KernelParams& p, const DeviceItem&
   const uint32_t s_mask = s_base + C::MASK_OFF + lane_row * 8;
   RangeCursor cursor;
   cursor.init(p.ranges + item.range_begin, item.num_ranges);
-  for (int t = 0; t < num_tiles; ++t) {
-    const int s = t % C::STAGES;
-    const uint32_t release_parity = ((t / C::STAGES) & 1) ^ 1;  // of the stage's previous tile
-    uint64_t row_addr = 0;
-    const uint64_t* mask_src = p.masks;
-    int mask_bytes = 0;
+  // The byte address of lane_row's token in tile t (this lane's row when lane < WROWS), and the
+  // index of its mask word (-1: none, or the row is past the item: the word is zero-filled).
+  struct RowAddr {
+    uint64_t k;
+    int mask;
+  };
+  auto row_address = [&](int t) {
+    RowAddr a{0, -1};
     if (lane < C::WROWS) {
       const int raw = t * BN + lane_row;
       const int pos = min(raw, item.kv_tokens - 1);
       cursor.seek(pos);
-      row_addr = k_head + 2 * cursor.slot_offset(p, pos);
-      if (masked && raw < item.kv_tokens) {
-        mask_src = p.masks + item.mask_begin + cursor.idx;
-        mask_bytes = 8;
-      }
+      a.k = k_head + 2 * cursor.slot_offset(p, pos);
+      if (masked && raw < item.kv_tokens) a.mask = item.mask_begin + cursor.idx;
     }
+    return a;
+  };
+  // Tile t + 1's addresses are computed while tile t's V stage is awaited and copied, so their
+  // loads (range seek, page id) overlap that wait.
+  RowAddr cur = row_address(0);
+  for (int t = 0; t < num_tiles; ++t) {
+    const int s = t % C::STAGES;
+    const uint32_t release_parity = ((t / C::STAGES) & 1) ^ 1;  // of the stage's previous tile
     const uint32_t sK = s_base + s * C::STAGE_BYTES + chunk_off;
     const uint32_t sV = sK + C::TILE_BYTES;
     if (t >= C::STAGES) mbar_wait(bars.empty_k(s), release_parity);
     if (masked && lane < C::WROWS)
-      cp_async8(s_mask + s * C::MASK_STAGE_BYTES, mask_src, mask_bytes);
+      cp_async8(s_mask + s * C::MASK_STAGE_BYTES, p.masks + max(cur.mask, 0),
+                cur.mask >= 0 ? 8 : 0);
 #pragma unroll
     for (int k = 0; k < C::PASSES; ++k) {
-      const uint64_t row = __shfl_sync(0xffffffffu, row_addr, k * RPW + lane / CPT);
+      const uint64_t row = __shfl_sync(0xffffffffu, cur.k, k * RPW + lane / CPT);
       cp_async16(sK + k * RPP * 128, reinterpret_cast<const void*>(row + k_chunk));
     }
     mbar_arrive_cp_async(bars.full_k(s));
+    const RowAddr next = t + 1 < num_tiles ? row_address(t + 1) : cur;
     if (t >= C::STAGES) mbar_wait(bars.empty_v(s), release_parity);
 #pragma unroll
     for (int k = 0; k < C::PASSES; ++k) {
-      const uint64_t row = __shfl_sync(0xffffffffu, row_addr, k * RPW + lane / CPT);
+      const uint64_t row = __shfl_sync(0xffffffffu, cur.k, k * RPW + lane / CPT);
       cp_async16(sV + k * RPP * 128, reinterpret_cast<const void*>(row + v_chunk));
     }
     mbar_arrive_cp_async(bars.full_v(s));
+    cur = next;
   }
   cp_async_wait_all();  // nothing in flight when the warpgroup exits
 }
