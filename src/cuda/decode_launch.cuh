@@ -2,8 +2,9 @@
 // nonzero capacity (grid = (class capacity, kv heads / heads per CTA), dynamic shared memory from
 // AttnConfig), then the merge over the query capacity when the layout has partial slots. The
 // grouped classes (kM64, kM128) up to head_dim 128 run the warp-specialized Hopper kernel
-// (sm90/kernel.cuh) instead when grouped_kernel() asks for it and ws_kernels_available(). Included
-// only by the generated src/cuda/inst_*.cu files.
+// (sm90/kernel.cuh) instead where grouped_kernel_for() says so (the set_grouped_kernel() setting,
+// the device, and for kAuto the plan's counts in the layout). Included only by the generated
+// src/cuda/inst_*.cu files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -63,7 +64,8 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   const int kv_heads = layout.shape.num_kv_heads;
   if (capacity > 0x7fffffff || kv_heads > 65535) return Status::kUnsupported;
   if constexpr (tile::block_layout(kClass, kHeadDim)) {
-    if (grouped_kernel() == GroupedKernel::kWarpSpecialized && ws_kernels_available())
+    if (grouped_kernel_for(layout, static_cast<TileClass>(kClass)) ==
+        GroupedKernel::kWarpSpecialized)
       return launch_ws_class<kDType, kHeadDim, kClass>(p, capacity, kv_heads, stream);
   }
   auto* kernel = &decode_attention_kernel<kDType, kHeadDim, kClass>;

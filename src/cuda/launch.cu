@@ -162,17 +162,33 @@ std::atomic<int> g_grouped_kernel{static_cast<int>(GroupedKernel::kLegacy)};
 }  // namespace
 
 void set_grouped_kernel(GroupedKernel k) {
-  if (k != GroupedKernel::kLegacy && k != GroupedKernel::kWarpSpecialized)
+  if (k != GroupedKernel::kLegacy && k != GroupedKernel::kWarpSpecialized &&
+      k != GroupedKernel::kAuto)
     throw std::invalid_argument(
-        "set_grouped_kernel: k must be GroupedKernel::kLegacy or "
-        "kWarpSpecialized, got " +
+        "set_grouped_kernel: k must be GroupedKernel::kLegacy, kWarpSpecialized or kAuto, got " +
         std::to_string(static_cast<int>(k)));
   g_grouped_kernel.store(static_cast<int>(k));
 }
 GroupedKernel grouped_kernel() { return static_cast<GroupedKernel>(g_grouped_kernel.load()); }
 bool grouped_kernel_supported(GroupedKernel k) {
-  return k == GroupedKernel::kLegacy ||
+  return k == GroupedKernel::kLegacy || k == GroupedKernel::kAuto ||
          (k == GroupedKernel::kWarpSpecialized && cuda_detail::ws_kernels_available());
+}
+GroupedKernel grouped_kernel_for(const PlanLayout& layout, TileClass cls) {
+  const int c = static_cast<int>(cls);
+  if (c < 0 || c >= kNumTileClasses)
+    throw std::invalid_argument("grouped_kernel_for: cls must be a TileClass, got " +
+                                std::to_string(c));
+  const GroupedKernel k = grouped_kernel();
+  if (c == 0 || k == GroupedKernel::kLegacy || !tile::block_layout(c, layout.shape.head_dim) ||
+      !cuda_detail::ws_kernels_available())
+    return GroupedKernel::kLegacy;
+  if (k == GroupedKernel::kWarpSpecialized) return k;
+  return tile::ws_pays_off(c, layout.class_items_planned[c], layout.class_kv_tokens_planned[c],
+                           layout.m16_items_planned, layout.shape.num_kv_heads,
+                           cuda_detail::device_sm_count())
+             ? GroupedKernel::kWarpSpecialized
+             : GroupedKernel::kLegacy;
 }
 
 const char* last_cuda_error() { return cuda_detail::g_last_error; }

@@ -13,9 +13,10 @@
 // error on a line is a failure: the line is reported and the exit status is nonzero. Floor =
 // max(bytes_min / hbm, flops_min / tc) as in bench/NOTES.md ("The two numbers"). Baseline: the
 // `query` planner (FlashDecoding-style split-KV) through the same kernel, timed the same way, on
-// every line. `--grouped-kernel legacy|ws|both` picks the kernel of the kM64/kM128 classes
-// (set_grouped_kernel); with both, every plan is checked and timed on each, back to back, and the
-// JSON results carry "grouped_kernel".
+// every line. `--grouped-kernel` picks the kernel setting of the kM64/kM128 classes
+// (set_grouped_kernel: legacy, ws, auto, or a comma list of them; both = legacy,ws); with several,
+// every plan is checked and timed on each, back to back, and the JSON results carry
+// "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128 ran on).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -197,11 +198,14 @@ struct Result {
   double GBps = 0, bytes_min = 0, flops_min = 0, est_us = 0, kv_read_bytes = 0;
   int64_t items = 0;
   bool check_ok = true;
-  std::string grouped_kernel = "legacy";  ///< kernel of the kM64/kM128 classes (--grouped-kernel)
+  std::string grouped_kernel = "legacy";  ///< setting of the kM64/kM128 kernel (--grouped-kernel)
+  std::string grouped_run = "-,-";  ///< kernel kM64 and kM128 ran on ("-": no items of the class)
 };
 
 const char* grouped_kernel_name(GroupedKernel k) {
-  return k == GroupedKernel::kWarpSpecialized ? "ws" : "legacy";
+  return k == GroupedKernel::kWarpSpecialized ? "ws"
+         : k == GroupedKernel::kAuto          ? "auto"
+                                              : "legacy";
 }
 
 /// Float64 oracle outputs for a sample of queries (computed once per problem).
@@ -360,6 +364,12 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
     Result one;
     Result* res = &one;
     res->grouped_kernel = grouped_kernel_name(kernel);
+    res->grouped_run.clear();
+    for (TileClass cls : {TileClass::kM64, TileClass::kM128}) {
+      const bool any = dp.layout().class_items_planned[static_cast<int>(cls)] > 0;
+      res->grouped_run += std::string(res->grouped_run.empty() ? "" : ",") +
+                          (any ? grouped_kernel_name(grouped_kernel_for(dp.layout(), cls)) : "-");
+    }
     // checked run on poisoned outputs
     BENCH_CUDA(cudaMemsetAsync(in.out, 0xFF, nq * H * D * 2, tm.stream));
     BENCH_CUDA(cudaMemsetAsync(in.lse, 0xFF, nq * H * 4, tm.stream));
@@ -428,8 +438,9 @@ int bench_command(int argc, char** argv) {
   flags.push_back({"runs", true, "timed runs per line and planner (>= 50, default 50)"});
   flags.push_back({"grouped-kernel", true,
                    "kernel of the kM64/kM128 classes: legacy, ws (warp-specialized, sm_90 with "
-                   "sm_90a code) or both (every plan timed on both, in this process); default: "
-                   "the library's"});
+                   "sm_90a code), auto (per class where ws pays off), a comma list of them, or "
+                   "both (= legacy,ws); with several, every plan is timed on each in this "
+                   "process; default: the library's"});
   const Args a(argc, argv, 2, flags);
   if (a.help()) {
     std::printf("%s", a.usage("bench").c_str());
@@ -445,8 +456,25 @@ int bench_command(int argc, char** argv) {
   const std::vector<std::string> planners = planner_list(planner_arg);
   const std::vector<Problem> problems = load_problems(a, true);
   const std::string gk = a.str("grouped-kernel", "");
-  if (!gk.empty() && gk != "legacy" && gk != "ws" && gk != "both")
-    throw std::invalid_argument("--grouped-kernel: expected legacy, ws or both, got '" + gk + "'");
+  std::vector<GroupedKernel> kernels;
+  if (gk.empty()) kernels = {grouped_kernel()};
+  for (size_t at = 0; !gk.empty() && at <= gk.size();) {
+    const size_t comma = std::min(gk.find(',', at), gk.size());
+    const std::string word = gk.substr(at, comma - at);
+    at = comma + 1;
+    if (word == "both") {
+      kernels.push_back(GroupedKernel::kLegacy);
+      kernels.push_back(GroupedKernel::kWarpSpecialized);
+    } else if (word == "legacy" || word == "ws" || word == "auto") {
+      kernels.push_back(word == "ws"     ? GroupedKernel::kWarpSpecialized
+                        : word == "auto" ? GroupedKernel::kAuto
+                                         : GroupedKernel::kLegacy);
+    } else {
+      throw std::invalid_argument(
+          "--grouped-kernel: expected legacy, ws, auto, both or a comma list of them, got '" + gk +
+          "'");
+    }
+  }
 
   int dev = 0;
   cudaDeviceProp prop{};
@@ -459,16 +487,11 @@ int bench_command(int argc, char** argv) {
   }
   BENCH_CUDA(cudaGetDevice(&dev));
   BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
-  std::vector<GroupedKernel> kernels;
-  if (gk.empty()) kernels = {grouped_kernel()};
-  if (gk == "legacy" || gk == "both") kernels.push_back(GroupedKernel::kLegacy);
-  if (gk == "ws" || gk == "both") {
-    if (!grouped_kernel_supported(GroupedKernel::kWarpSpecialized))
+  for (const GroupedKernel k : kernels)
+    if (!grouped_kernel_supported(k))
       throw std::invalid_argument(
           "--grouped-kernel: ws needs an sm_90 device and a build with sm_90a code (this is " +
           std::string(prop.name) + ")");
-    kernels.push_back(GroupedKernel::kWarpSpecialized);
-  }
   const double hbm = measure_hbm_GBps(prop.multiProcessorCount);
   const double tc = measure_tc_TFLOPs();
   {
@@ -610,12 +633,13 @@ int bench_command(int argc, char** argv) {
                    "\"heads\": \"%d/%d\", \"head_dim\": %d, \"queries\": %d, \"GBps\": %.1f, "
                    "\"bytes_min\": %.0f, \"flops_min\": %.0f, \"items\": %lld, "
                    "\"kv_bytes_read\": %.0f, \"est_us\": %.2f, \"grouped_kernel\": \"%s\", "
-                   "\"check_ok\": %s}",
+                   "\"grouped_run\": \"%s\", \"check_ok\": %s}",
                    i ? "," : "", json_escape(r.workload).c_str(), r.set.c_str(), r.planner.c_str(),
                    r.dtype.c_str(), r.page_size, r.median_ms, r.floor_ms, r.floor_fraction,
                    r.baseline_ms, r.max_rel_err, r.qo, r.kv, r.head_dim, r.queries, r.GBps,
                    r.bytes_min, r.flops_min, static_cast<long long>(r.items), r.kv_read_bytes,
-                   r.est_us, r.grouped_kernel.c_str(), r.check_ok ? "true" : "false");
+                   r.est_us, r.grouped_kernel.c_str(), r.grouped_run.c_str(),
+                   r.check_ok ? "true" : "false");
     }
     std::fprintf(f, "\n]}\n");
     std::fclose(f);

@@ -1,9 +1,10 @@
 // GPU tests of the warp-specialized Hopper kernel of the grouped tile classes (src/cuda/sm90/),
 // forced with set_grouped_kernel(kWarpSpecialized): every planner's plans of small level lines
 // with fp16/bf16 x head_dim 64/128 x GQA ratios 32/8, 28/4, 32/1, 16/1, 64/8 x page sizes 1, 16,
-// 256; masked (flatten) kM64/kM128 items; items shorter than a tile and at the tile boundaries;
-// items long enough to wrap the stage ring more than twice; bitwise determinism across runs and
-// grid sizes (headroom 1 and 3); a small case for compute-sanitizer (WsGpu.SanitizerSmall). Every
+// 256 (in two tests by ratio); masked (flatten) kM64/kM128 items; items shorter than a tile and at
+// the tile boundaries; items long enough to wrap the stage ring more than twice; bitwise
+// determinism across runs and grid sizes (headroom 1 and 3); kAuto's choice per class and a plan
+// running on both kernels; a small case for compute-sanitizer (WsGpu.SanitizerSmall). Every
 // query's output is poisoned first and every element checked against the float64 oracle
 // (compare_to_oracle: NaN fails). The suites skip where the kernel cannot run (no sm_90 device, or
 // a build without sm_90a code).
@@ -70,6 +71,34 @@ TEST(WsGpu, SwitchRefusesUnknownKernels) {
   EXPECT_THROW(set_grouped_kernel(static_cast<GroupedKernel>(7)), std::invalid_argument);
   EXPECT_EQ(grouped_kernel(), GroupedKernel::kLegacy);
   EXPECT_TRUE(grouped_kernel_supported(GroupedKernel::kLegacy));
+  EXPECT_TRUE(grouped_kernel_supported(GroupedKernel::kAuto));
+}
+
+TEST(WsGpu, AutoPicksTheKernelPerClassFromThePlan) {
+  TA_REQUIRE_WS();
+  // the node planner: the root (600 tokens, 64 queries x 4 heads) in two kM128 items, long enough
+  // for the warp-specialized kernel; four nodes of 16 queries in kM64 items of 40 tokens, too
+  // short (tile::ws_pays_off); the leaves kM16
+  LevelsCase lc = levels_case("N=1,4,64 C=600,40,5 heads=32/8 dim=128 page=16", "node", false, 31);
+  lc.c.seed = 32;
+  lc.c.sample_queries = 1 << 20;  // every query
+  const Plan plan = make_case_plan(lc.tree, lc.c);
+  const PlanLayout layout = plan_layout(plan, 2.0);
+  ASSERT_GT(layout.class_items_planned[1], 0);
+  ASSERT_GT(layout.class_items_planned[2], 0);
+  struct Restore {
+    ~Restore() { set_grouped_kernel(GroupedKernel::kLegacy); }
+  } restore;
+  set_grouped_kernel(GroupedKernel::kAuto);
+  EXPECT_EQ(grouped_kernel_for(layout, TileClass::kM16), GroupedKernel::kLegacy);
+  EXPECT_EQ(grouped_kernel_for(layout, TileClass::kM64), GroupedKernel::kLegacy);
+  EXPECT_EQ(grouped_kernel_for(layout, TileClass::kM128), GroupedKernel::kWarpSpecialized);
+  plan_run_check(lc.tree, lc.c);  // both kernels in one call
+  set_grouped_kernel(GroupedKernel::kWarpSpecialized);
+  EXPECT_EQ(grouped_kernel_for(layout, TileClass::kM64), GroupedKernel::kWarpSpecialized);
+  set_grouped_kernel(GroupedKernel::kLegacy);
+  EXPECT_EQ(grouped_kernel_for(layout, TileClass::kM128), GroupedKernel::kLegacy);
+  EXPECT_THROW(grouped_kernel_for(layout, static_cast<TileClass>(3)), std::invalid_argument);
 }
 
 TEST(WsGpu, SanitizerSmall) {
@@ -87,35 +116,53 @@ TEST(WsGpu, SanitizerSmall) {
   EXPECT_GT(seen.masked, 0);
 }
 
-TEST(WsGpu, PlannersDtypesHeadDimsRatiosPages) {
-  TA_REQUIRE_WS();
-  ForceWs ws;
-  struct Ratio {
-    int qo, kv;
-  };
-  constexpr Ratio kRatios[] = {{32, 8}, {28, 4}, {32, 1}, {16, 1}, {64, 8}};
+struct Ratio {
+  int qo, kv;
+};
+
+/// The sweep over planners x fp16/bf16 x head_dim 64/128 x page sizes 1, 16, 256 at the GQA ratios
+/// `ratios`: a root shared by 32 queries (kM128 items, or kM64 at 16/1 after splits), 4 nodes of 8
+/// queries (kM64), leaves of one query; 300 and 70 tokens leave tail tiles of both tile sizes.
+/// Each (dtype, head dim) cell takes two planners per (ratio, page), rotating through the list by
+/// its own count, so its cases see every planner (some plan only kM64 items here, e.g. fasttree,
+/// others only kM128 at some ratios, e.g. pat at 16/1); every cell must have run both classes.
+/// Seeds from 700 + seed_index.
+void planner_sweep(const std::vector<Ratio>& ratios, size_t seed_index) {
   constexpr int kPages[] = {1, 16, 256};
   const std::vector<std::string>& planners = planner_names();
   ASSERT_FALSE(planners.empty());
-  // root shared by 32 queries (kM128 items, or kM64 at 16/1 after splits), 4 nodes of 8 queries
-  // (kM64), leaves of one query; 300 and 70 tokens leave tail tiles of both tile sizes
   const char* kNodes = "N=1,4,32 C=300,70,9";
   GroupedItems seen[2][2];  // [bf16][hd128]
-  size_t idx = 0;
-  for (const Ratio& r : kRatios)
+  size_t cell_cases[2][2] = {};
+  for (const Ratio& r : ratios)
     for (int page : kPages)
       for (bool bf16 : {false, true})
         for (int dim : {64, 128}) {
-          for (size_t k : {idx % planners.size(), (idx + planners.size() / 2) % planners.size()})
-            ws_levels_check(line(kNodes, r.qo, r.kv, dim, page), planners[k], bf16, 700 + idx,
-                            &seen[bf16][dim == 128]);
-          ++idx;
+          size_t& n = cell_cases[bf16][dim == 128];
+          for (size_t k : {n % planners.size(), (n + planners.size() / 2) % planners.size()})
+            ws_levels_check(line(kNodes, r.qo, r.kv, dim, page), planners[k], bf16,
+                            700 + seed_index, &seen[bf16][dim == 128]);
+          ++n;
+          ++seed_index;
         }
   for (int b = 0; b < 2; ++b)
     for (int h = 0; h < 2; ++h) {
       EXPECT_GT(seen[b][h].m64, 0) << "bf16=" << b << " hd128=" << h;
       EXPECT_GT(seen[b][h].m128, 0) << "bf16=" << b << " hd128=" << h;
     }
+}
+
+// The sweep in two halves (two processes can run them side by side).
+TEST(WsGpu, PlannersDtypesHeadDimsPagesGroups4To32) {
+  TA_REQUIRE_WS();
+  ForceWs ws;
+  planner_sweep({{32, 8}, {28, 4}, {32, 1}}, 0);
+}
+
+TEST(WsGpu, PlannersDtypesHeadDimsPagesGroups16And8) {
+  TA_REQUIRE_WS();
+  ForceWs ws;
+  planner_sweep({{16, 1}, {64, 8}}, 36);
 }
 
 TEST(WsGpu, EveryPlannerOnGroupedLines) {
