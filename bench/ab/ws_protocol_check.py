@@ -5,7 +5,8 @@ kernel (src/cuda/sm90/: producer.cuh, mainloop.cuh), on a model of it.
 Agents: the producer warpgroup and the two consumer warpgroups, each one unit (their warps follow
 the same order; the hardware counts their arrivals per phase). Per stage: mbarriers K-full, V-full
 (the producer's arrival), K-empty, V-empty (the tile's consumers). Named barriers sched[0..1] (two
-units: bar.sync or bar.arrive). The consumer programs are the kernel's rounds: K-full wait (and the
+units: bar.sync or bar.arrive) and the consumers' barrier (both sync after copying Q, when the item
+has tiles). The consumer programs are then the kernel's rounds: K-full wait (and the
 early K-empty arrival of a skipped tile), V-full wait of the previous tile, its turn (sync), the
 hand-over (arrive, not after consumer 1's last round), K-empty after S, V-empty after P V.
 Checks, over every interleaving, for STAGES 2..6, both tile configs (all tiles / alternate tiles),
@@ -29,6 +30,7 @@ def programs(n, S, split, active):
         m = len(tiles)
         R = 0 if n == 0 else ((n + 1) // 2 if split else n) + 1
         prog = []
+        if R > 0: prog.append(("bsync", 2))  # the Q copy's barrier (kConsumersBar)
         if w == 1 and R > 0: prog.append(("barrive", 0))
         pend = False; pend_pv = False
         for i in range(R):
@@ -57,7 +59,7 @@ def run(n, S, split, active):
     init_mb = {}
     for kind in counts:
         for s in range(S): init_mb[(kind, s)] = (0, 0)
-    start = (tuple(0 for _ in progs), tuple(sorted(init_mb.items())), ((0, 0), (0, 0)), (None, None, None))
+    start = (tuple(0 for _ in progs), tuple(sorted(init_mb.items())), ((0, 0), (0, 0), (0, 0)), (None, None, None))
     seen = set(); stack = [start]; finals = 0
     while stack:
         st = stack.pop()

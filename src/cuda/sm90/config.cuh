@@ -3,8 +3,9 @@
 // roles, register budgets, KV tile and stage count, and the shared-memory layout, with
 // static_asserts on shared memory and registers.
 //
-// CTA = 3 warpgroups. Warpgroups 0 and 1 are consumers (wgmma, softmax, epilogue); warpgroup 2 is
-// the producer (cp.async gathers of Q and of the paged K/V tiles into a ring of STAGES stages).
+// CTA = 3 warpgroups. Warpgroups 0 and 1 are consumers (the Q copy, wgmma, softmax, epilogue);
+// warpgroup 2 is the producer (cp.async gathers of the paged K/V tiles into a ring of STAGES
+// stages).
 //   kRows64Tok64:   a kM64 item (<= 64 packed rows). Both consumers hold the same 64 rows and take
 //                   alternate 64-token KV tiles (consumer w: tiles w, w + 2, ...), each with its
 //                   own online-softmax state; the epilogue merges the two states of a row.
@@ -117,9 +118,10 @@ struct WsConfig {
   static_assert(EPI_BYTES <= KV_BYTES + Q_BYTES, "the staged states alias the stages and Q");
 
   // ---- named barriers (0 is __syncthreads): consumer w waits on kSchedBar + w for its turn to
-  // issue wgmma; the consumers meet on kEpilogueBar around the staging of their states
+  // issue wgmma; the consumers meet on kConsumersBar after copying Q and around the staging of
+  // their states
   static constexpr uint32_t kSchedBar = 1;
-  static constexpr uint32_t kEpilogueBar = 3;
+  static constexpr uint32_t kConsumersBar = 3;
 };
 
 /// Shared addresses of the pipeline's mbarriers, STAGES of each kind: K full / V full (the

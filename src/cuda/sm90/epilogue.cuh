@@ -19,14 +19,14 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const DeviceItem
   pdl_wait();  // the previous kernel (e.g. the last call's merge) may still read our outputs
   // Both consumers are past their last wgmma, so the stages and Q are free, and every tile's
   // copies have landed (each was waited for by its consumers).
-  named_bar_sync(C::kEpilogueBar, C::CONSUMER_THREADS);
+  named_bar_sync(C::kConsumersBar, C::CONSUMER_THREADS);
   float* sO = reinterpret_cast<float*>(smem);                            // [NS][ROWS_S][O_PITCH]
   float* sM = reinterpret_cast<float*>(smem + C::EPI_O_BYTES);           // [NS][ROWS_S]
   float* sL = sM + C::NS * C::ROWS_S;                                    // [NS][ROWS_S]
   const int first = (C::SPLIT_KV ? cw * C::ROWS_S : 64 * cw) + 16 * wq;  // the warp's rows
   stage_warp_state<C::NT_O>(sO + first * C::O_PITCH, sM + first, sL + first, C::O_PITCH, st.o, st.m,
                             st.l, lane >> 2, lane & 3);
-  named_bar_sync(C::kEpilogueBar, C::CONSUMER_THREADS);
+  named_bar_sync(C::kConsumersBar, C::CONSUMER_THREADS);
   write_staged_rows<typename C::Traits, C::HD, C::NS, C::ROWS_S, C::O_PITCH>(
       p, item, kv_head, sO, sM, sL, ctid, C::CONSUMER_THREADS);
 }

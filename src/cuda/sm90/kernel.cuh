@@ -2,7 +2,8 @@
 // head_dim 64 and 128): one CTA per (item, KV head), 3 warpgroups (config.cuh). After the
 // mbarriers are set up, the producer warpgroup gives registers up (setmaxnreg) and fills the
 // stages (producer.cuh); the consumer warpgroups take registers and run the mainloop
-// (mainloop.cuh), then the epilogue (epilogue.cuh). No CTA-wide barrier after the setup.
+// (mainloop.cuh: the Q copy, then the rounds), then the epilogue (epilogue.cuh). No CTA-wide
+// barrier after the setup.
 // Semantics as the other attention kernel (decode_kernel.cuh): rows past the item and tail tokens
 // hidden, masked items with their skip, final output or partials, exp2-domain softmax, PDL.
 // Outside the sm_90a device pass the body traps; the launcher only picks the kernel where the
@@ -47,6 +48,7 @@ __global__ void __launch_bounds__(WsConfig<kDType, kHeadDim, ws_tile_for_class(k
     setmaxnreg_inc<C::CONSUMER_REGS>();
     // broadcast from lane 0: the compiler then knows the warpgroup index is warp-uniform
     const int cw = __shfl_sync(0xffffffffu, tid / C::WG_THREADS, 0);
+    if (item.kv_tokens > 0) copy_q_tile<C>(p, item, kv_head, s_base, tid);
     ConsumerState<C> st;
     consume<C>(p, item, s_base, reinterpret_cast<const uint64_t*>(smem + C::MASK_OFF), bars, cw,
                tid, st);

@@ -1,5 +1,6 @@
-// Consumer mainloop of the warp-specialized Hopper kernel: one consumer warpgroup's pass over its
-// KV tiles (all tiles, or every other one under SPLIT_KV) for its 64 packed rows, with
+// Consumer side of the warp-specialized Hopper kernel: the copy of the CTA's Q tile (both consumer
+// warpgroups, before the mainloop), and the mainloop: one consumer warpgroup's pass over its KV
+// tiles (all tiles, or every other one under SPLIT_KV) for its 64 packed rows, with
 // S = Q K^T as SS wgmma (Q and K from shared memory) and O += P V as RS wgmma (P from registers).
 //
 // The loop runs in rounds. Round i issues S(t_i) of the consumer's i-th tile and O += P V of its
@@ -30,6 +31,24 @@ struct ConsumerState {
   float m[2];  ///< running max, exp2 domain
   float l[2];  ///< the thread's partial row sums (reduced over the quad in the epilogue)
 };
+
+/// Both consumer warpgroups (ctid in [0, 256)) copy the CTA's Q rows into the Q tile with cp.async
+/// (rows past the item zero-filled), wait for their own copies and meet on kConsumersBar, then
+/// order what they saw before their wgmma reads (fence_proxy_async). Q's chain (the rows' query
+/// ids, then Q) runs beside the producer's chain of tile 0 (ranges, page ids, then K) instead of
+/// before it. Only for an item with tokens (the mainloop then has rounds).
+template <class C>
+__device__ __forceinline__ void copy_q_tile(const KernelParams& p, const DeviceItem& item,
+                                            int kv_head, uint32_t s_base, int ctid) {
+  constexpr int RPP = C::CONSUMER_THREADS / C::CPT;  // rows per copy pass
+  static_assert(C::ROWS % RPP == 0, "Q copy passes");
+  copy_q_rows<typename C::T, C::ROWS, RPP>(p, item, kv_head, s_base + C::Q_OFF, ctid % C::CPT,
+                                           ctid / C::CPT,
+                                           [](int r, int cc) { return block_swz<C::ROWS>(r, cc); });
+  cp_async_wait_all();
+  named_bar_sync(C::kConsumersBar, C::CONSUMER_THREADS);
+  fence_proxy_async();
+}
 
 template <class C>
 __device__ __forceinline__ void consume(const KernelParams& p, const DeviceItem& item,

@@ -1,7 +1,8 @@
-// Producer warpgroup of the warp-specialized Hopper kernel: gathers the CTA's Q rows and its
-// item's paged K/V tokens into shared memory with 16-byte cp.async copies, and signals each
-// stage's K-full and V-full mbarriers through the copies themselves
-// (cp.async.mbarrier.arrive.noinc: a thread's arrival triggers when its earlier copies land).
+// Producer warpgroup of the warp-specialized Hopper kernel: gathers its item's paged K/V tokens
+// into shared memory with 16-byte cp.async copies, and signals each stage's K-full and V-full
+// mbarriers through the copies themselves (cp.async.mbarrier.arrive.noinc: a thread's arrival
+// triggers when its earlier copies land). The consumers copy Q themselves (mainloop.cuh,
+// copy_q_tile), so the chain of tile 0 (item -> ranges -> page ids -> K) starts at once.
 //
 // Tile t goes to stage t % STAGES. Before overwriting a stage the producer waits for the
 // consumers' release of its previous tile: K-empty before the K copies (and the mask words),
@@ -11,8 +12,7 @@
 // of the tile (range seek, page id, the mask word's index), and the row's CPT lanes take its
 // address by shuffle. Rows past the
 // item re-read its last token (every copy is a full 16 bytes); their mask word is zero-filled, and
-// the consumers hide their scores. Q rows past the item are zero-filled. The copies of Q precede
-// tile 0's, so a consumer's first K-full wait covers Q too.
+// the consumers hide their scores.
 #pragma once
 
 #include "config.cuh"
@@ -22,19 +22,11 @@ namespace treeattn::cuda_detail::sm90 {
 template <class C>
 __device__ __forceinline__ void produce(const KernelParams& p, const DeviceItem& item, int kv_head,
                                         uint32_t s_base, PipelineBars<C::STAGES> bars, int ptid) {
-  using T = typename C::T;
   constexpr int CPT = C::CPT, BN = C::BN, RPP = C::ROWS_PER_PASS, RPW = C::RPW;
   const int warp = ptid >> 5, lane = ptid & 31;
   const int c = ptid % CPT;     // the thread's 16-byte chunk column
   const int prow = ptid / CPT;  // the thread's row within a copy pass
-
   const int num_tiles = (item.kv_tokens + C::BN - 1) / C::BN;
-  // ---- Q (only when a consumer waits for it: an item has tokens)
-  if (num_tiles > 0)
-    copy_q_rows<T, C::ROWS, RPP>(p, item, kv_head, s_base + C::Q_OFF, c, prow,
-                                 [](int r, int cc) { return block_swz<C::ROWS>(r, cc); });
-
-  // ---- K/V tiles
   const bool masked = item.mask_begin >= 0;
   // Byte addresses: the row's lane computes the K address of its row at this head (chunk 0); a
   // copying lane adds its chunk's bytes (K) or those plus the V - K distance (V).
