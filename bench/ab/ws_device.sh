@@ -51,22 +51,7 @@ note "gpu: $(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_versi
 # ---- 1. build
 if has build; then
   t0=$(date +%s)
-  extra=()
-  gen=()
-  command -v ninja >/dev/null && gen=(-G Ninja)
-  if [[ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a && ! -f /usr/local/lib/libgtest.a ]]; then
-    if [[ -d build-devdeps/googletest ]]; then
-      { cmake -S build-devdeps/googletest -B /tmp/gtest-build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-          -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=OFF &&
-          cmake --build /tmp/gtest-build -j "$JOBS" --target install; } >"$OUT/build.log" 2>&1
-      extra+=(-DCMAKE_PREFIX_PATH=/tmp/gtest)
-    else
-      note "build: no GoogleTest (system or build-devdeps/googletest): carry build-devdeps/googletest"
-    fi
-  fi
-  { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTREEATTN_CUDA_ARCHS=90a \
-      -DTREEATTN_CI_KERNELS=OFF -DTREEATTN_BENCH=OFF "${extra[@]}" &&
-      cmake --build "$BUILD" -j "$JOBS" --target treeattn treeattn_gpu_tests; } >>"$OUT/build.log" 2>&1
+  bash bench/ab/ws_build.sh "$BUILD" "$JOBS" "$OUT/build.log"
   rc=$?
   note "build: rc=$rc in $(since "$t0") s"
   if [[ $rc -ne 0 ]]; then
