@@ -105,6 +105,7 @@ if [[ -z "$TREEATTN" ]]; then
 fi
 
 # ---- 1. GPU tests, side by side (each its own process; the oracle checks use the cores)
+HUNG=()
 t0=$(date +%s)
 to=$(slot 50 75)
 pids=()
@@ -126,6 +127,7 @@ if ((to > 0)); then
     wait "${pids[$i]}"
     rc=$?
     ((rc != 0)) && failed+=("${names[$i]}(rc=$rc)")
+    ((rc == 124)) && [[ ${names[$i]} == WsGpu.* ]] && HUNG+=("${names[$i]}")
   done
   note "gpu tests: ${#pids[@]} processes in $(since "$t0") s; failed: ${failed[*]:-none}"
   note "  $(grep -hoE '^\[ +(OK|FAILED) +\] [A-Za-z]+\.[A-Za-z0-9]+ \([0-9]+ ms\)' "$WORK"/test_*.log |
@@ -142,6 +144,12 @@ else
 fi
 
 # ---- 2. bench: legacy, ws and auto back to back in one process per set
+if ((${#HUNG[@]})); then
+  note "!!!! WsGpu tests timed out (a hang of the ws kernel?): ${HUNG[*]}; last test lines:"
+  for t in "${HUNG[@]}"; do tail -3 "$WORK/test_$t.log" | sed 's/^/  /' | tee -a "$SUMMARY"; done
+  note "bench and ncu skipped: a hanging kernel would eat their time"
+  exit 1
+fi
 for s in fasttree pat; do
   t0=$(date +%s)
   to=$(slot $([[ $s == fasttree ]] && echo "45 50" || echo "70 5"))
