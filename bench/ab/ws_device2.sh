@@ -203,7 +203,7 @@ rows = list(csv.reader(sys.stdin))
 if len(rows) >= 3:
     for name, unit, val in zip(rows[0], rows[1], rows[2]):
         if any(k in name for k in ("issue_stalled", "pipe_tensor", "inst_executed", "warps_active", "cycles_elapsed")):
-            print("%-90s %-12s %s" % (name, unit, val))
+            print("%-90s %-12s %s" % (name, unit or "-", val))
 '
     } >"$WORK/ncu_$1.txt" 2>&1
   fi
