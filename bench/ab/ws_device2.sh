@@ -7,12 +7,13 @@
 #      -j $JOBS; GoogleTest from the system or build-devdeps/googletest, carried)
 #   1. GPU tests, one process per WsGpu test plus the other GPU tests and compute-sanitizer
 #      racecheck / synccheck / memcheck of WsGpu.SanitizerSmall, all side by side
-#   2. treeattn bench --planner auto --grouped-kernel legacy,ws,auto on fasttree, pat and the named
-#      lines (JSON with the kernel each of kM64 / kM128 ran on: "grouped_run")
+#   2. treeattn bench --planner auto --grouped-kernel legacy,ws,auto on fasttree and pat (JSON with
+#      the kernel each of kM64 / kM128 ran on: "grouped_run")
 #   3. ncu (WarpStateStats, SourceCounters, ComputeWorkloadAnalysis, MemoryWorkloadAnalysis and the
-#      tensor pipe) of the ws kM64 kernel on the compute-bound line, the ws kM128 kernel on a kM128
-#      line, then the legacy kM64 kernel on the compute-bound line, while time is left
-#   4. the summary (printed last; bench/ab/ws_analysis.py)
+#      tensor pipe) of the ws kM64 kernel on the compute-bound line (its grouped items are kM64)
+#   4. the bench of the named lines, then while time is left ncu of the ws kM128 kernel on a kM128
+#      line and of the legacy kM64 kernel on the compute-bound line
+#   5. the summary (printed last; bench/ab/ws_analysis.py)
 # At most 8 files come back from $OUT: summary.txt, logs.txt (every log, concatenated), ncu.txt,
 # bench_fasttree.json, bench_pat.json, bench_named.json. Each stage has a time cap, and the whole
 # script ends by DEADLINE seconds (a stage gets what is left after the reserves of the ones behind
@@ -158,35 +159,16 @@ for s in fasttree pat; do
     --runs 50 --json "$OUT/bench_$s.json" >"$WORK/bench_$s.log" 2>&1
   note "bench $s: rc=$? in $(since "$t0") s; $(grep -c 'CHECK FAILED' "$WORK/bench_$s.log") check failures"
 done
-t0=$(date +%s)
-named_json=()
-for i in "${!NAMED_LINES[@]}"; do
-  to=$(slot 15 0)
-  ((to == 0)) && continue
-  timeout "$to" "$TREEATTN" bench --levels "${NAMED_LINES[$i]}" --planner auto \
-    --grouped-kernel legacy,ws,auto --runs 50 --json "$WORK/named$i.json" >>"$WORK/bench_named.log" 2>&1
-  [[ -s "$WORK/named$i.json" ]] && named_json+=("$WORK/named$i.json")
-done
-if ((${#named_json[@]})); then
-  python3 - "$OUT/bench_named.json" "${named_json[@]}" <<'PY'
-import json, sys
-docs = [json.load(open(f)) for f in sys.argv[2:]]
-merged = dict(docs[0])
-merged["results"] = [r for d in docs for r in d["results"]]
-json.dump(merged, open(sys.argv[1], "w"), indent=1)
-PY
-fi
-note "bench named lines: $(since "$t0") s"
 
 # ---- 3. ncu of the ws kernels (kernels matched by mangled name: Li1EE = kM64, Li2EE = kM128)
 metrics=$(ncu --query-metrics --chip gh100 2>/dev/null | grep -oE "^sm__pipe_tensor_op_[a-z0-9_]*cycles_active" |
   sort -u | sed 's/$/.avg.pct_of_peak_sustained_active/' | paste -sd, -)
 # one profiled launch exported, then its details page and, from the raw page, the stall reasons
 # (issue-active ratios), tensor pipe and instruction counts
-profile() {  # profile NAME KERNEL_REGEX SETTING LINE
+profile() {  # profile NAME KERNEL_REGEX SETTING LINE RESERVE
   local t0 to rc
   t0=$(date +%s)
-  to=$(slot 30 0)
+  to=$(slot 30 "$5")
   ((to == 0)) && { note "ncu $1: skipped, no time left"; return; }
   timeout "$to" ncu --kernel-name-base mangled -k "$2" -c 1 --section SpeedOfLight \
     --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
@@ -209,11 +191,32 @@ if len(rows) >= 3:
   fi
   note "ncu $1: rc=$rc in $(since "$t0") s"
 }
-profile ws_m64_computebound "regex:decode_ws_kernel.*Li1EE" ws "${NAMED_LINES[0]}"
-profile ws_m128 "regex:decode_ws_kernel.*Li2EE" ws "$KM128_LINE"
-profile legacy_m64_computebound "regex:decode_attention_kernel.*Li1EE" legacy "${NAMED_LINES[0]}"
+profile ws_m64_computebound "regex:decode_ws_kernel.*Li1EE" ws "${NAMED_LINES[0]}" 8
 
-# ---- 4. summary
+# ---- 4. the named lines, then the other profiles while time is left
+t0=$(date +%s)
+named_json=()
+for i in "${!NAMED_LINES[@]}"; do
+  to=$(slot 12 0)
+  ((to == 0)) && continue
+  timeout "$to" "$TREEATTN" bench --levels "${NAMED_LINES[$i]}" --planner auto \
+    --grouped-kernel legacy,ws,auto --runs 50 --json "$WORK/named$i.json" >>"$WORK/bench_named.log" 2>&1
+  [[ -s "$WORK/named$i.json" ]] && named_json+=("$WORK/named$i.json")
+done
+if ((${#named_json[@]})); then
+  python3 - "$OUT/bench_named.json" "${named_json[@]}" <<'PY'
+import json, sys
+docs = [json.load(open(f)) for f in sys.argv[2:]]
+merged = dict(docs[0])
+merged["results"] = [r for d in docs for r in d["results"]]
+json.dump(merged, open(sys.argv[1], "w"), indent=1)
+PY
+fi
+note "bench named lines: $(since "$t0") s"
+profile ws_m128 "regex:decode_ws_kernel.*Li2EE" ws "$KM128_LINE" 0
+profile legacy_m64_computebound "regex:decode_attention_kernel.*Li1EE" legacy "${NAMED_LINES[0]}" 0
+
+# ---- 5. summary
 {
   echo "==== ncu (key lines)"
   for f in "$WORK"/ncu_*.txt; do
