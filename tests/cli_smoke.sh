@@ -30,6 +30,8 @@ ok "plan all" "$CLI" plan --levels 'N=1,4 C=100,20' --planner all
 grep -q "^node " "$TMP/out" || { echo "FAIL: plan table lacks node row"; failures=$((failures + 1)); }
 ok "plan json" "$CLI" plan --workload fasttree:1 --planner node --json --device h100
 grep -q '"est_time_us"' "$TMP/out" || { echo "FAIL: plan --json lacks est_time_us"; failures=$((failures + 1)); }
+grep -q '"classes": \[{"items": [0-9]*, "kv_tokens": [0-9]*, "auto_ws": false}' "$TMP/out" ||
+  { echo "FAIL: plan --json lacks the per-class counts"; failures=$((failures + 1)); }
 ok "check query" "$CLI" check --levels 'N=1,4,8 C=64,17,5 heads=8/2' --planner query
 ok "check node shuffled" "$CLI" check --levels 'N=2,6 C=33,16' --heads 28/4 --head-dim 64 \
   --page-size 8 --planner node --shuffle-pages --seed 3
@@ -121,6 +123,12 @@ ok "workloads --json" "$CLI" workloads --set pat --json "$TMP/workloads.json"
 grep -q '"key": "pat:0"' "$TMP/workloads.json" || { echo "FAIL: workloads --json"; failures=$((failures + 1)); }
 bad "--tolerance" "$CLI" check --levels 'N=1,4 C=100,20' --planner node --tolerance nan
 bad "unknown command" "$CLI" frobnicate
+if "$CLI" bench --help > /dev/null 2>&1; then  # CUDA builds
+  bad "--grouped-kernel: expected legacy, ws, auto" "$CLI" bench --levels 'N=1,4 C=100,20' \
+    --grouped-kernel bogus
+  bad "--grouped-kernel: expected legacy, ws, auto" "$CLI" bench --levels 'N=1,4 C=100,20' \
+    --grouped-kernel legacy,auto,
+fi
 
 # ---- issue 20: strict numbers, outputs never overwrite inputs, the chosen planner, labels
 L='N=1,4 C=100,20'

@@ -11,9 +11,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "decode_params.h"
+#include "sm90/ptx_sm90.cuh"
 #include "treeattn/kernels/decode.h"
 
 namespace treeattn {
@@ -51,6 +54,40 @@ int device_sm_count() {
     cached[dev] = n;
   }
   return cached[dev];
+}
+
+namespace {
+
+/// Never launched: its attributes tell whether this binary holds sm_90a code for the current
+/// device (the sm_90a pass gives it static shared memory, the other passes an empty body).
+__global__ void sm90a_probe_kernel(int* out) {
+#if TREEATTN_WGMMA
+  __shared__ int marker[32];
+  marker[threadIdx.x & 31] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  if (out != nullptr) out[threadIdx.x] = marker[(threadIdx.x + 1) & 31];
+#else
+  (void)out;
+#endif
+}
+
+}  // namespace
+
+bool ws_kernels_available() {
+  static int cached[64];  // 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaFuncAttributes attr{};
+    const bool ok = major == 9 && minor == 0 &&
+                    cudaFuncGetAttributes(&attr, sm90a_probe_kernel) == cudaSuccess &&
+                    attr.sharedSizeBytes > 0;
+    cached[dev] = ok ? 2 : 1;
+  }
+  return cached[dev] == 2;
 }
 
 namespace {
@@ -119,6 +156,40 @@ std::atomic<int> g_kv_heads_per_cta{0};
 
 void set_kv_heads_per_cta(int n) { g_kv_heads_per_cta.store(n > 0 ? n : 0); }
 int kv_heads_per_cta_override() { return g_kv_heads_per_cta.load(); }
+
+namespace {
+std::atomic<int> g_grouped_kernel{static_cast<int>(GroupedKernel::kLegacy)};
+}  // namespace
+
+void set_grouped_kernel(GroupedKernel k) {
+  if (k != GroupedKernel::kLegacy && k != GroupedKernel::kWarpSpecialized &&
+      k != GroupedKernel::kAuto)
+    throw std::invalid_argument(
+        "set_grouped_kernel: k must be GroupedKernel::kLegacy, kWarpSpecialized or kAuto, got " +
+        std::to_string(static_cast<int>(k)));
+  g_grouped_kernel.store(static_cast<int>(k));
+}
+GroupedKernel grouped_kernel() { return static_cast<GroupedKernel>(g_grouped_kernel.load()); }
+bool grouped_kernel_supported(GroupedKernel k) {
+  return k == GroupedKernel::kLegacy || k == GroupedKernel::kAuto ||
+         (k == GroupedKernel::kWarpSpecialized && cuda_detail::ws_kernels_available());
+}
+GroupedKernel grouped_kernel_for(const PlanLayout& layout, TileClass cls) {
+  const int c = static_cast<int>(cls);
+  if (c < 0 || c >= kNumTileClasses)
+    throw std::invalid_argument("grouped_kernel_for: cls must be a TileClass, got " +
+                                std::to_string(c));
+  const GroupedKernel k = grouped_kernel();
+  if (c == 0 || k == GroupedKernel::kLegacy || !tile::block_layout(c, layout.shape.head_dim) ||
+      !cuda_detail::ws_kernels_available())
+    return GroupedKernel::kLegacy;
+  if (k == GroupedKernel::kWarpSpecialized) return k;
+  return tile::ws_pays_off(c, layout.class_items_planned[c], layout.class_kv_tokens_planned[c],
+                           layout.m16_items_planned, layout.shape.num_kv_heads,
+                           cuda_detail::device_sm_count())
+             ? GroupedKernel::kWarpSpecialized
+             : GroupedKernel::kLegacy;
+}
 
 const char* last_cuda_error() { return cuda_detail::g_last_error; }
 

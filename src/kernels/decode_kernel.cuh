@@ -14,114 +14,23 @@
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
 // Warp (wm, wn) owns packed rows [16 wm, 16 wm + 16) and tokens [wn BN/WN, (wn+1) BN/WN) of each
 // KV tile; S = Q K^T and O += P V run on mma.sync m16n8k16 (fp32 accumulate), or per warpgroup
-// of 64 rows on wgmma (sm_90a, kM64/kM128 up to HD 128, wgmma.cuh), online softmax in the exp2
+// of 64 rows on wgmma (sm_90a, kM64/kM128 up to HD 128, sm90/wgmma.cuh), online softmax in the exp2
 // domain; in a masked item a warp (warpgroup) skips the tiles none of its rows sees. The
 // epilogue stages every warp's (O, m, l) in shared memory (aliasing the stages), merges the WN
 // column warps, and writes the final output (dtype, + natural-log LSE) or the fp32 partial slot
 // of each row.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
 
 #include "decode_params.h"
-#include "treeattn/common/attention_state.h"
-#include "wgmma.cuh"
+#include "kernel_common.cuh"
+#include "ptx.cuh"
+#include "sm90/ptx_sm90.cuh"
+#include "sm90/wgmma.cuh"
+#include "softmax.cuh"
 
 namespace treeattn::cuda_detail {
-
-constexpr float kLn2 = 0.69314718055994530942f;
-
-template <DType kDType>
-struct DTypeTraits;
-template <>
-struct DTypeTraits<DType::kFloat16> {
-  using T = __half;
-  using T2 = __half2;
-  static __device__ __forceinline__ uint32_t pack(float a, float b) {
-    __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ float2 unpack(uint32_t u) {
-    return __half22float2(*reinterpret_cast<__half2*>(&u));
-  }
-};
-template <>
-struct DTypeTraits<DType::kBFloat16> {
-  using T = __nv_bfloat16;
-  using T2 = __nv_bfloat162;
-  static __device__ __forceinline__ uint32_t pack(float a, float b) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ float2 unpack(uint32_t u) {
-    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&u));
-  }
-};
-
-// ---- PTX wrappers ------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-/// 16-byte global->shared copy; src_bytes = 0 zero-fills the destination.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes));
-}
-/// 16-byte global->shared copy, always the full 16 bytes.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-/// D = A(16x16) B(16x8) + D, fp32 accumulate.
-template <DType kDType>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  if constexpr (kDType == DType::kFloat16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-/// Programmatic dependent launch (sm_90+; no-ops on older targets). launch_dependents lets the
-/// next kernel in the stream start early; wait blocks until the previous kernel finished and its
-/// writes are visible. Every kernel here reads only plan metadata and q/k/v (written before the
-/// first kernel of a call) before its wait, and writes only after it.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
 
 // ---- timeline (diagnostics, DecodeArgs::timeline) ---------------------------------------------
 // Thread 0 of a CTA stamps the words of its record; with p.timeline null every stamp is one
@@ -159,13 +68,6 @@ __device__ __forceinline__ void timeline_end(const KernelParams& p, Rec rec) {
   __syncthreads();
   timeline_stamp(p, rec, kTlClockEnd);
   timeline_stamp(p, rec, kTlGlobalEnd);
-}
-
-/// 2^x (ex2.approx.ftz: 2^-inf = +0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // ---- configuration
@@ -219,45 +121,12 @@ struct AttnConfig {
   template <int NR>
   static __device__ __forceinline__ uint32_t swz(int r, int c) {
     if constexpr (BLOCK_LAYOUT)
-      return static_cast<uint32_t>((c >> 3) * (NR * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+      return block_swz<NR>(r, c);
     else
       return static_cast<uint32_t>(r * HD * 2 + ((c ^ (r & 7)) << 4));
   }
   static_assert(SMEM_BYTES <= 163 * 1024, "must fit an A100 (164 KB per SM)");
 };
-
-/// Forward-only cursor over an item's ranges: token position -> element offset of its page slot.
-struct RangeCursor {
-  const DeviceRange* ranges;
-  int idx, num;
-  DeviceRange cur;
-  __device__ __forceinline__ void init(const DeviceRange* r, int n) {
-    ranges = r;
-    num = n;
-    idx = 0;
-    if (n > 0) cur = r[0];
-  }
-  /// Requires pos to be non-decreasing between calls and < the item's kv_tokens.
-  __device__ __forceinline__ void seek(int pos) {
-    while (pos >= cur.token_begin + cur.len && idx + 1 < num) cur = ranges[++idx];
-  }
-};
-
-/// Writes one 16-byte chunk (elements 8c .. 8c+7) of the final output of (query, qo head) in the
-/// dtype, and its natural-log LSE from chunk 0 when the caller asked for LSEs.
-template <class Traits>
-__device__ __forceinline__ void store_output_chunk(const KernelParams& p, int query, int head,
-                                                   int c, const float (&o)[8], float lse) {
-  using T = typename Traits::T;
-  T* dst = static_cast<T*>(p.out) + query * p.o_stride_query + head * p.o_stride_head + 8 * c;
-  uint4 packed;
-  packed.x = Traits::pack(o[0], o[1]);
-  packed.y = Traits::pack(o[2], o[3]);
-  packed.z = Traits::pack(o[4], o[5]);
-  packed.w = Traits::pack(o[6], o[7]);
-  *reinterpret_cast<uint4*>(dst) = packed;
-  if (p.lse != nullptr && c == 0) p.lse[query * p.num_qo_heads + head] = lse;
-}
 
 // ---- attention kernel
 // ----------------------------------------------------------------------------
@@ -306,23 +175,9 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     // The previous head's epilogue read the shared memory this head's loads overwrite.
     if (kv_head > kv_head0) __syncthreads();
     // ---- Q: gQ[query, kv_head*group + h, :] -> sQ[pr][:] (zero rows past the item)
-    {
-      const T* gq = static_cast<const T*>(p.q);
-      const int c = tid % CPT;
-#pragma unroll
-      for (int pr0 = 0; pr0 < C::ROWS; pr0 += C::ROWS_PER_PASS) {
-        const int pr = pr0 + tid / CPT;
-        const T* src = gq;
-        int bytes = 0;
-        if (pr < packed_rows) {
-          const int r = pr / group, h = pr - r * group;
-          const int query = p.rows[2 * (item.row_begin + r)];
-          src = gq + query * p.q_stride_query + (kv_head * group + h) * p.q_stride_head + c * 8;
-          bytes = 16;
-        }
-        cp_async16(sQ + C::template swz<C::ROWS>(pr, c), src, bytes);
-      }
-    }
+    copy_q_rows<T, C::ROWS, C::ROWS_PER_PASS>(
+        p, item, kv_head, sQ, tid % CPT, tid / CPT,
+        [](int r, int c) { return C::template swz<C::ROWS>(r, c); });
 
     // ---- KV loader. Per pass of a tile, each warp copies 32 / CPT token rows (lane / CPT picks
     // the row, lane % CPT its 16-byte chunk column). A row's address chain (range seek, page id,
@@ -352,12 +207,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
         const int raw = tile * BN + lane_row;
         const int pos = min(raw, item.kv_tokens - 1);
         cursor.seek(pos);
-        const int in_range = cursor.cur.page_offset + (pos - cursor.cur.token_begin);
-        const int page_local =
-            p.page_shift >= 0 ? in_range >> p.page_shift : in_range / p.page_size;
-        const int slot = in_range - page_local * p.page_size;
-        const int page = p.page_ids[cursor.cur.page_begin + page_local];
-        row_off = page * p.page_stride + slot * p.slot_stride;
+        row_off = cursor.slot_offset(p, pos);
         if (masked)
           sMask[stage * BN + lane_row] =
               raw < item.kv_tokens ? p.masks[item.mask_begin + cursor.idx] : 0ull;
@@ -498,61 +348,18 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       // hide tokens outside the row's mask or past the item (raw scores: -inf); only masked items
       // and the item's last tile test, each in its own loop
       const int tile_tok = tile * BN;
-      if (masked) {
-#pragma unroll
-        for (int n = 0; n < NT_S; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const uint64_t word = sMask[stage * BN + wtok + 8 * n + 2 * t4 + (e & 1)];
-            s_acc[n][e] = (word >> ((e >> 1) ? mrow1 : mrow0)) & 1ull ? s_acc[n][e] : -INFINITY;
-          }
-      } else if (tile_tok + BN > item.kv_tokens) {
-#pragma unroll
-        for (int n = 0; n < NT_S; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (tile_tok + wtok + 8 * n + 2 * t4 + (e & 1) >= item.kv_tokens)
-              s_acc[n][e] = -INFINITY;
-      }
+      if (masked)
+        mask_scores<NT_S>(s_acc, sMask + stage * BN + wtok, mrow0, mrow1, t4);
+      else if (tile_tok + BN > item.kv_tokens)
+        tail_scores<NT_S>(s_acc, tile_tok + wtok, item.kv_tokens, t4);
 
-      // online softmax (rows g and g+8 of the warp) in the exp2 domain: the max is taken over the
-      // raw scores and scaled once (scale_log2 > 0 keeps the order), each p = 2^(s scale - m) is
-      // one FFMA and an ex2
-      float m_use[2], alpha[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < NT_S; ++n) mx = fmaxf(mx, fmaxf(s_acc[n][2 * i], s_acc[n][2 * i + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(m_run[i], mx * scale_log2);
-        m_use[i] = mx == -INFINITY ? 0.f : mx;  // a row that saw nothing yet stays empty
-        alpha[i] = fast_exp2(m_run[i] - m_use[i]);
-        m_run[i] = mx;
-      }
-      float row_sum[2] = {0.f, 0.f};
+      // online softmax (rows g and g+8 of the warp) in the exp2 domain (softmax.cuh)
+      float m_use[2], alpha[2], row_sum[2];
+      online_max<NT_S>(s_acc, m_run, scale_log2, m_use, alpha);
+      exp_scores<NT_S>(s_acc, m_use, scale_log2, row_sum);
       uint32_t p_frag[NT_S][2];  // P rounded to dtype, pairs of columns
-#pragma unroll
-      for (int n = 0; n < NT_S; ++n) {
-        const float p0 = fast_exp2(fmaf(s_acc[n][0], scale_log2, -m_use[0]));
-        const float p1 = fast_exp2(fmaf(s_acc[n][1], scale_log2, -m_use[0]));
-        const float p2 = fast_exp2(fmaf(s_acc[n][2], scale_log2, -m_use[1]));
-        const float p3 = fast_exp2(fmaf(s_acc[n][3], scale_log2, -m_use[1]));
-        row_sum[0] += p0 + p1;
-        row_sum[1] += p2 + p3;
-        p_frag[n][0] = Traits::pack(p0, p1);
-        p_frag[n][1] = Traits::pack(p2, p3);
-      }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) l_run[i] = l_run[i] * alpha[i] + row_sum[i];
-#pragma unroll
-      for (int n = 0; n < NT_O; ++n) {
-        o_acc[n][0] *= alpha[0];
-        o_acc[n][1] *= alpha[0];
-        o_acc[n][2] *= alpha[1];
-        o_acc[n][3] *= alpha[1];
-      }
+      pack_p<Traits, NT_S>(s_acc, p_frag);
+      rescale_state<NT_O>(o_acc, l_run, alpha, row_sum);
 
       // O += P V   [16 x HD], k = the warp's BNW tokens
       if constexpr (C::USE_WGMMA) {
@@ -597,75 +404,13 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     float* sO = reinterpret_cast<float*>(smem);                   // [WN][ROWS][O_PITCH]
     float* sM = reinterpret_cast<float*>(smem + C::EPI_O_BYTES);  // [WN][ROWS]
     float* sL = sM + WN * C::ROWS;                                // [WN][ROWS]
-    if (warp_active) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
-        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
-      }
-      float* o_w = sO + (wn * C::ROWS + 16 * wm) * C::O_PITCH;
-#pragma unroll
-      for (int n = 0; n < NT_O; ++n) {
-        const int col = 8 * n + 2 * t4;
-        *reinterpret_cast<float2*>(o_w + g * C::O_PITCH + col) =
-            make_float2(o_acc[n][0], o_acc[n][1]);
-        *reinterpret_cast<float2*>(o_w + (g + 8) * C::O_PITCH + col) =
-            make_float2(o_acc[n][2], o_acc[n][3]);
-      }
-      if (t4 == 0) {
-        sM[wn * C::ROWS + 16 * wm + g] = m_run[0];
-        sM[wn * C::ROWS + 16 * wm + g + 8] = m_run[1];
-        sL[wn * C::ROWS + 16 * wm + g] = l_run[0];
-        sL[wn * C::ROWS + 16 * wm + g + 8] = l_run[1];
-      }
-    }
+    if (warp_active)
+      stage_warp_state<NT_O>(sO + (wn * C::ROWS + 16 * wm) * C::O_PITCH,
+                             sM + wn * C::ROWS + 16 * wm, sL + wn * C::ROWS + 16 * wm, C::O_PITCH,
+                             o_acc, m_run, l_run, g, t4);
     __syncthreads();
-
-    // ---- write: one thread per (packed row, 8-element chunk)
-    for (int idx = tid; idx < C::ROWS * CPT; idx += C::THREADS) {
-      const int pr = idx / CPT, c = idx - pr * CPT;
-      if (pr >= packed_rows) break;  // idx grows with pr
-      float m_max = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < WN; ++w) m_max = fmaxf(m_max, sM[w * C::ROWS + pr]);
-      float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      float lse_nat = -INFINITY;
-      if (m_max != -INFINITY) {
-        float l_tot = 0.f;
-        float wgt[WN];
-#pragma unroll
-        for (int w = 0; w < WN; ++w) {
-          wgt[w] = fast_exp2(sM[w * C::ROWS + pr] - m_max);
-          l_tot += wgt[w] * sL[w * C::ROWS + pr];
-        }
-        if (l_tot > 0.f) {
-          const float inv = 1.f / l_tot;
-#pragma unroll
-          for (int w = 0; w < WN; ++w) {
-            const float* src = sO + (w * C::ROWS + pr) * C::O_PITCH + 8 * c;
-            const float4 x0 = *reinterpret_cast<const float4*>(src);
-            const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
-            const float f = wgt[w] * inv;
-            o[0] += f * x0.x, o[1] += f * x0.y, o[2] += f * x0.z, o[3] += f * x0.w;
-            o[4] += f * x1.x, o[5] += f * x1.y, o[6] += f * x1.z, o[7] += f * x1.w;
-          }
-          lse_nat = (m_max + log2f(l_tot)) * kLn2;
-        }
-      }
-      const int r = pr / group, h = pr - r * group;
-      const int query = p.rows[2 * (item.row_begin + r)];
-      const int slot = p.rows[2 * (item.row_begin + r) + 1];
-      const int head = kv_head * group + h;
-      if (slot == kFinalOutput) {
-        store_output_chunk<Traits>(p, query, head, c, o, lse_nat);
-      } else {
-        float* dst =
-            p.partial_o + (static_cast<int64_t>(slot) * p.num_qo_heads + head) * HD + 8 * c;
-        *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
-        *reinterpret_cast<float4*>(dst + 4) = make_float4(o[4], o[5], o[6], o[7]);
-        if (c == 0) p.partial_lse[static_cast<int64_t>(slot) * p.num_qo_heads + head] = lse_nat;
-      }
-    }
+    write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(p, item, kv_head, sO, sM, sL, tid,
+                                                           C::THREADS);
   }
   timeline_end(p, tl_rec);
 }

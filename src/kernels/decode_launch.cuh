@@ -1,8 +1,10 @@
 // Thin launcher template: KernelParams + PlanLayout -> one attention launch per tile class with
 // nonzero capacity (grid = (class capacity, kv heads / heads per CTA), dynamic shared memory from
-// AttnConfig),
-// then the merge over the query capacity when the layout has partial slots. Included only by the
-// generated src/kernels/inst_*.cu files.
+// AttnConfig), then the merge over the query capacity when the layout has partial slots. The
+// grouped classes (kM64, kM128) up to head_dim 128 run the warp-specialized Hopper kernel
+// (sm90/kernel.cuh) instead where grouped_kernel_for() says so (the set_grouped_kernel() setting,
+// the device, and for kAuto the plan's counts in the layout). Included only by the generated
+// src/kernels/inst_*.cu files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +13,7 @@
 #include <type_traits>
 
 #include "decode_kernel.cuh"
+#include "sm90/kernel.cuh"
 
 namespace treeattn::cuda_detail {
 
@@ -33,6 +36,25 @@ cudaError_t launch_pdl(Kernel kernel, dim3 grid, dim3 block, int smem, cudaStrea
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+/// The warp-specialized kernel of grouped class kClass (1 or 2): grid (class capacity, kv heads).
+template <DType kDType, int kHeadDim, int kClass>
+Status launch_ws_class(const KernelParams& p, int64_t capacity, int kv_heads, cudaStream_t stream) {
+  using C = sm90::WsConfig<kDType, kHeadDim, sm90::ws_tile_for_class(kClass)>;
+  auto* kernel = &sm90::decode_ws_kernel<kDType, kHeadDim, kClass>;
+  static const cudaError_t attr_status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::DYN_SMEM_BYTES);
+  cudaError_t err = attr_status;
+  if (err == cudaSuccess)
+    err = launch_pdl(kernel, dim3(static_cast<unsigned>(capacity), static_cast<unsigned>(kv_heads)),
+                     dim3(C::THREADS), C::DYN_SMEM_BYTES, stream, p);
+  if (err == cudaSuccess) err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    set_last_cuda_error(cudaGetErrorString(err));
+    return Status::kCudaError;
+  }
+  return Status::kOk;
+}
+
 template <DType kDType, int kHeadDim, int kClass>
 Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
                               cudaStream_t stream) {
@@ -41,6 +63,11 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   if (capacity <= 0) return Status::kOk;
   const int kv_heads = layout.shape.num_kv_heads;
   if (capacity > 0x7fffffff || kv_heads > 65535) return Status::kUnsupported;
+  if constexpr (tile::block_layout(kClass, kHeadDim)) {
+    if (grouped_kernel_for(layout, static_cast<TileClass>(kClass)) ==
+        GroupedKernel::kWarpSpecialized)
+      return launch_ws_class<kDType, kHeadDim, kClass>(p, capacity, kv_heads, stream);
+  }
   auto* kernel = &decode_attention_kernel<kDType, kHeadDim, kClass>;
   // Raise the dynamic shared-memory limit and read the occupancy once per instantiation
   // (thread-safe static init).

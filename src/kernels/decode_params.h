@@ -74,6 +74,10 @@ bool device_supports_pdl();
 /// Multiprocessor count of the current device (cached per device; 132 if unknown).
 int device_sm_count();
 
+/// True when the current device is sm_90 and this binary holds the sm_90a code of the
+/// warp-specialized kernels (src/kernels/sm90/); cached per device.
+bool ws_kernels_available();
+
 /// Records a CUDA error string for last_cuda_error() (decode.cu).
 void set_last_cuda_error(const char* msg);
 

@@ -136,8 +136,9 @@ void DevicePlan::upload(const Plan& plan, cudaStream_t stream, double headroom) 
   // The previous upload's copy must have read the staging buffer before it is rewritten.
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(copy_done_)), "waiting for the last upload");
   pack_plan(plan, layout_, staging_);
-  // run() picks the kM16 config for the plan it runs (a captured graph keeps its own)
-  layout_.m16_items_planned = plan.class_begin[1] - plan.class_begin[0];
+  // run() picks the kM16 config and the grouped kernels for the plan it runs (a captured graph
+  // keeps its own)
+  set_planned_counts(plan, &layout_);
   check(cudaMemcpyAsync(workspace_, staging_, static_cast<size_t>(layout_.metadata_bytes),
                         cudaMemcpyHostToDevice, stream),
         "plan metadata upload (cudaMemcpyAsync)");

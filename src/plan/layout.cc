@@ -50,7 +50,7 @@ PlanLayout plan_layout(const Plan& plan, double headroom) {
   }
   TA_CHECK_ARG(static_cast<double>(L.items) <= kMaxCapacity, "headroom", headroom,
                " makes the item capacity ", L.items, ", above the limit 2^31-1");
-  L.m16_items_planned = plan.class_begin[1] - plan.class_begin[0];
+  set_planned_counts(plan, &L);
   L.rows = scaled(static_cast<int64_t>(plan.rows.size()), headroom);
   L.ranges = scaled(static_cast<int64_t>(plan.ranges.size()), headroom);
   L.page_ids = scaled(static_cast<int64_t>(plan.page_ids.size()), headroom);
@@ -83,6 +83,23 @@ PlanLayout plan_layout(const Plan& plan, double headroom) {
   L.partial_lse_off = place(L.slots * L.num_qo_heads * static_cast<int64_t>(sizeof(float)));
   L.total_bytes = off;
   return L;
+}
+
+void set_planned_counts(const Plan& plan, PlanLayout* layout) {
+  TA_CHECK_ARG(layout != nullptr, "layout", "null");
+  for (int c = 0; c < kNumTileClasses; ++c)
+    TA_CHECK_ARG(0 <= plan.class_begin[c] && plan.class_begin[c] <= plan.class_begin[c + 1] &&
+                     plan.class_begin[c + 1] <= static_cast<int64_t>(plan.items.size()),
+                 "plan", "class_begin[", c, "..", c + 1, "] = ", plan.class_begin[c], "..",
+                 plan.class_begin[c + 1], " is not a range of its ", plan.items.size(), " items");
+  for (int c = 0; c < kNumTileClasses; ++c) {
+    layout->class_items_planned[c] = plan.class_begin[c + 1] - plan.class_begin[c];
+    int64_t tokens = 0;
+    for (int32_t i = plan.class_begin[c]; i < plan.class_begin[c + 1]; ++i)
+      tokens += plan.items[i].kv_tokens;
+    layout->class_kv_tokens_planned[c] = tokens;
+  }
+  layout->m16_items_planned = layout->class_items_planned[0];
 }
 
 bool plan_fits(const Plan& plan, const PlanLayout& layout) {

@@ -17,6 +17,7 @@
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/ranges.h"
 #include "treeattn/plan/stats.h"
+#include "treeattn/plan/tile_policy.h"
 #include "treeattn/tree/levels.h"
 
 namespace treeattn {
@@ -284,6 +285,69 @@ TEST(PlanLayout, HeadroomAndCapacityErrors) {
   const PlanLayout B = plan_layout(pb, 1.0);
   std::vector<char> bb(B.metadata_bytes);
   EXPECT_NO_THROW(pack_plan(ps, B, bb.data()));
+}
+
+TEST(PlanLayout, PlannedCountsPerClass) {
+  // a root shared by 64 queries x 4 heads (kM128 items), 4 nodes of 16 queries (kM64), leaves
+  const PrefixTree t = tree_from_levels(parse_levels("N=1,4,64 C=600,40,5"));
+  const Plan p = make_plan(t, opts_for("node", 32, 8, 128));
+  for (double headroom : {1.0, 2.5}) {
+    const PlanLayout L = plan_layout(p, headroom);
+    for (int c = 0; c < kNumTileClasses; ++c) {
+      int64_t tokens = 0;
+      for (int32_t i = p.class_begin[c]; i < p.class_begin[c + 1]; ++i)
+        tokens += p.items[i].kv_tokens;
+      EXPECT_EQ(L.class_items_planned[c], p.class_begin[c + 1] - p.class_begin[c]) << c;
+      EXPECT_EQ(L.class_kv_tokens_planned[c], tokens) << c;
+      EXPECT_GT(L.class_items_planned[c], 0) << "the tree must give items of every class";
+    }
+    EXPECT_EQ(L.m16_items_planned, L.class_items_planned[0]);
+  }
+  // an existing layout takes a later plan's counts
+  PlanLayout L = plan_layout(p);
+  const Plan small = make_plan(small_tree(), opts_for("node", 32, 8, 128));
+  const PlanLayout S = plan_layout(small);
+  ASSERT_NE(L.class_kv_tokens_planned[0], S.class_kv_tokens_planned[0]);
+  set_planned_counts(small, &L);
+  for (int c = 0; c < kNumTileClasses; ++c) {
+    EXPECT_EQ(L.class_items_planned[c], S.class_items_planned[c]) << c;
+    EXPECT_EQ(L.class_kv_tokens_planned[c], S.class_kv_tokens_planned[c]) << c;
+  }
+  EXPECT_EQ(L.m16_items_planned, S.m16_items_planned);
+  // class ranges outside the items are refused, naming the plan
+  Plan bad = p;
+  bad.class_begin[kNumTileClasses] = static_cast<int32_t>(bad.items.size()) + 1;
+  try {
+    set_planned_counts(bad, &L);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("plan"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(set_planned_counts(p, nullptr), std::invalid_argument);
+}
+
+TEST(TilePolicy, WsPaysOffOnlyWhereRunOneSawItWin) {
+  constexpr int kSms = 132;  // H100
+  // kM128: 16 items of one 128-token tile lost (N=1,256 C=256,32 32/8); 544-2080 tokens won
+  EXPECT_FALSE(tile::ws_pays_off(2, 16, 16 * 128, 64, 8, kSms));
+  EXPECT_TRUE(tile::ws_pays_off(2, 16, 16 * 544, 512, 8, kSms));
+  EXPECT_TRUE(tile::ws_pays_off(2, 8, 8 * 2048, 0, 32, kSms));  // more CTAs than SMs: still
+  // kM64 beyond one CTA per SM lost ~3 us per wave, long items too (N=1,1024 C=2048,32 32/8)
+  EXPECT_FALSE(tile::ws_pays_off(1, 64, 64 * 2048, 1024, 8, kSms));
+  EXPECT_FALSE(tile::ws_pays_off(1, 32, 32 * 704, 512, 8, kSms));
+  // one wave of items of >= 4 tiles beside a wide kM16 launch won (N=1,4,256 C=8,256,32 32/8)
+  EXPECT_TRUE(tile::ws_pays_off(1, 16, 16 * 264, 256, 8, kSms));
+  EXPECT_TRUE(tile::ws_pays_off(1, 16, 16 * 264, 0, 8, kSms));  // no kM16 launch
+  // ... but not 160-token items (N=1,16,64 C=1024,256,32 16/1), nor beside a deep kM16 launch of
+  // long items (N=1,10 C=4000,400 32/8: 80 kM16 CTAs)
+  EXPECT_FALSE(tile::ws_pays_off(1, 128, 128 * 160, 64, 1, kSms));
+  EXPECT_FALSE(tile::ws_pays_off(1, 9, 9 * 444, 10, 8, kSms));
+  // the threshold is the average over the class; kM16 and unknown classes never
+  EXPECT_FALSE(tile::ws_pays_off(1, 16, 16 * tile::kWsMinTokensPerItem - 1, 0, 8, kSms));
+  EXPECT_TRUE(tile::ws_pays_off(1, 16, 16 * tile::kWsMinTokensPerItem, 0, 8, kSms));
+  EXPECT_FALSE(tile::ws_pays_off(0, 16, 16 * 4096, 0, 8, kSms));
+  EXPECT_FALSE(tile::ws_pays_off(3, 16, 16 * 4096, 0, 8, kSms));
+  EXPECT_FALSE(tile::ws_pays_off(2, 0, 0, 0, 8, kSms));
 }
 
 TEST(CostModel, MonotoneAndSane) {

@@ -13,7 +13,10 @@
 // error on a line is a failure: the line is reported and the exit status is nonzero. Floor =
 // max(bytes_min / hbm, flops_min / tc) as in bench/NOTES.md ("The two numbers"). Baseline: the
 // `query` planner (FlashDecoding-style split-KV) through the same kernel, timed the same way, on
-// every line.
+// every line. `--grouped-kernel` picks the kernel setting of the kM64/kM128 classes
+// (set_grouped_kernel: legacy, ws, auto, or a comma list of them; both = legacy,ws); with several,
+// every plan is checked and timed on each, back to back, and the JSON results carry
+// "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128 ran on).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -196,7 +199,15 @@ struct Result {
   double GBps = 0, bytes_min = 0, flops_min = 0, est_us = 0, kv_read_bytes = 0;
   int64_t items = 0;
   bool check_ok = true;
+  std::string grouped_kernel = "legacy";  ///< setting of the kM64/kM128 kernel (--grouped-kernel)
+  std::string grouped_run = "-,-";  ///< kernel kM64 and kM128 ran on ("-": no items of the class)
 };
+
+const char* grouped_kernel_name(GroupedKernel k) {
+  return k == GroupedKernel::kWarpSpecialized ? "ws"
+         : k == GroupedKernel::kAuto          ? "auto"
+                                              : "legacy";
+}
 
 /// Float64 oracle outputs for a sample of queries (computed once per problem).
 struct RefSample {
@@ -306,7 +317,8 @@ struct Timer {
   cudaStream_t stream{};
 };
 
-/// Plans, uploads, checks once and times `runs` runs. Throws on CUDA errors; returns false (and
+/// Plans and uploads once, then per grouped kernel of `kernels` (set_grouped_kernel): checks once
+/// and times `runs` runs, one result each in `res`. Throws on CUDA errors; returns false (and
 /// counts a failure, so the exit status is nonzero) if the planner throws.
 int g_planner_failures = 0;
 /// The planners' view of this GPU: the preset matching its name, with the SM count and the two
@@ -323,7 +335,8 @@ std::string line_name(const Problem& pb) {
 }
 
 bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& in, bool bf16,
-             const RefSample& ref, int runs, Timer& tm, Result* res) {
+             const RefSample& ref, int runs, Timer& tm, const std::vector<GroupedKernel>& kernels,
+             std::vector<Result>* results) {
   PlanOptions opts;
   opts.planner = planner;
   opts.num_qo_heads = pb.num_qo_heads;
@@ -354,46 +367,65 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   a.o_stride_query = H * D;
   a.o_stride_head = D;
   a.lse = in.lse;
-  // checked run on poisoned outputs
-  BENCH_CUDA(cudaMemsetAsync(in.out, 0xFF, nq * H * D * 2, tm.stream));
-  BENCH_CUDA(cudaMemsetAsync(in.lse, 0xFF, nq * H * 4, tm.stream));
-  dp.run(a, tm.stream);
-  BENCH_CUDA(cudaStreamSynchronize(tm.stream));
-  std::vector<uint16_t> out(nq * H * D);
-  std::vector<float> lse(nq * H);
-  BENCH_CUDA(cudaMemcpy(out.data(), in.out, out.size() * 2, cudaMemcpyDeviceToHost));
-  BENCH_CUDA(cudaMemcpy(lse.data(), in.lse, lse.size() * 4, cudaMemcpyDeviceToHost));
-  const OracleComparison cmp = compare_sample(pb, ref, out, lse, bf16);
-  res->max_rel_err = cmp.max_rel_err;
-  res->check_ok = cmp.pass;
-  if (!res->check_ok)
-    std::printf("  !!!! CHECK FAILED: %s planner=%s %s\n", pb.name.c_str(), planner.c_str(),
-                cmp.describe().c_str());
-  // timed runs
-  std::vector<double> ms;
-  for (int r = 0; r < runs + 3; ++r) {
-    BENCH_CUDA(cudaMemsetAsync(tm.flush, r & 0xFF, tm.flush_bytes, tm.stream));
-    BENCH_CUDA(cudaEventRecord(tm.e0, tm.stream));
-    dp.run(a, tm.stream);
-    BENCH_CUDA(cudaEventRecord(tm.e1, tm.stream));
-    BENCH_CUDA(cudaEventSynchronize(tm.e1));
-    float t = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&t, tm.e0, tm.e1));
-    if (r >= 3) ms.push_back(t);
-  }
-  BENCH_CUDA(cudaGetLastError());
-  res->median_ms = median(ms);
-  if (g_timeline.json != nullptr) {
-    g_timeline.stream = tm.stream;
-    g_timeline.flush = tm.flush;
-    g_timeline.flush_bytes = tm.flush_bytes;
-    timeline_line(dp, a, g_timeline, line_name(pb), planner);
-  }
-  res->items = static_cast<int64_t>(plan.items.size());
   const PlanStats stats = plan_stats(pb.tree, plan, opts.device);
-  res->est_us = stats.est_time_us;
-  res->kv_read_bytes = static_cast<double>(stats.kv_bytes_read);
+  results->clear();
+  for (const GroupedKernel kernel : kernels) {
+    set_grouped_kernel(kernel);
+    Result one;
+    Result* res = &one;
+    res->grouped_kernel = grouped_kernel_name(kernel);
+    res->grouped_run.clear();
+    for (TileClass cls : {TileClass::kM64, TileClass::kM128}) {
+      const bool any = dp.layout().class_items_planned[static_cast<int>(cls)] > 0;
+      res->grouped_run += std::string(res->grouped_run.empty() ? "" : ",") +
+                          (any ? grouped_kernel_name(grouped_kernel_for(dp.layout(), cls)) : "-");
+    }
+    // checked run on poisoned outputs
+    BENCH_CUDA(cudaMemsetAsync(in.out, 0xFF, nq * H * D * 2, tm.stream));
+    BENCH_CUDA(cudaMemsetAsync(in.lse, 0xFF, nq * H * 4, tm.stream));
+    dp.run(a, tm.stream);
+    BENCH_CUDA(cudaStreamSynchronize(tm.stream));
+    std::vector<uint16_t> out(nq * H * D);
+    std::vector<float> lse(nq * H);
+    BENCH_CUDA(cudaMemcpy(out.data(), in.out, out.size() * 2, cudaMemcpyDeviceToHost));
+    BENCH_CUDA(cudaMemcpy(lse.data(), in.lse, lse.size() * 4, cudaMemcpyDeviceToHost));
+    const OracleComparison cmp = compare_sample(pb, ref, out, lse, bf16);
+    res->max_rel_err = cmp.max_rel_err;
+    res->check_ok = cmp.pass;
+    if (!res->check_ok)
+      std::printf("  !!!! CHECK FAILED: %s planner=%s kernel=%s %s\n", pb.name.c_str(),
+                  planner.c_str(), res->grouped_kernel.c_str(), cmp.describe().c_str());
+    // timed runs
+    std::vector<double> ms;
+    for (int r = 0; r < runs + 3; ++r) {
+      BENCH_CUDA(cudaMemsetAsync(tm.flush, r & 0xFF, tm.flush_bytes, tm.stream));
+      BENCH_CUDA(cudaEventRecord(tm.e0, tm.stream));
+      dp.run(a, tm.stream);
+      BENCH_CUDA(cudaEventRecord(tm.e1, tm.stream));
+      BENCH_CUDA(cudaEventSynchronize(tm.e1));
+      float t = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&t, tm.e0, tm.e1));
+      if (r >= 3) ms.push_back(t);
+    }
+    BENCH_CUDA(cudaGetLastError());
+    res->median_ms = median(ms);
+    if (g_timeline.json != nullptr && kernel == kernels.front()) {
+      g_timeline.stream = tm.stream;
+      g_timeline.flush = tm.flush;
+      g_timeline.flush_bytes = tm.flush_bytes;
+      timeline_line(dp, a, g_timeline, line_name(pb), planner);
+    }
+    res->items = static_cast<int64_t>(plan.items.size());
+    res->est_us = stats.est_time_us;
+    res->kv_read_bytes = static_cast<double>(stats.kv_bytes_read);
+    results->push_back(one);
+  }
   return true;
+}
+
+/// The planner column: the planner, with "/ws" or "/legacy" when several grouped kernels run.
+std::string display_planner(const Result& r, size_t num_kernels) {
+  return num_kernels > 1 ? r.planner + "/" + r.grouped_kernel : r.planner;
 }
 
 std::string today() {
@@ -435,6 +467,11 @@ int bench_command(int argc, char** argv) {
   flags.push_back({"timeline", true,
                    "after the timed runs, stamp every CTA's phases (7 more runs), write the median "
                    "run as a JSON line per line and planner to FILE and print its critical path"});
+  flags.push_back({"grouped-kernel", true,
+                   "kernel of the kM64/kM128 classes: legacy, ws (warp-specialized, sm_90 with "
+                   "sm_90a code), auto (per class where ws pays off), a comma list of them, or "
+                   "both (= legacy,ws); with several, every plan is timed on each in this "
+                   "process; default: the library's"});
   const Args a(argc, argv, 2, flags);
   if (a.help()) {
     std::printf("%s", a.usage("bench").c_str());
@@ -450,6 +487,26 @@ int bench_command(int argc, char** argv) {
   const uint64_t seed = a.u64("seed", 0);
   const std::vector<std::string> planners = planner_list(planner_arg);
   const std::vector<Problem> problems = load_problems(a, true);
+  const std::string gk = a.str("grouped-kernel", "");
+  std::vector<GroupedKernel> kernels;
+  if (gk.empty()) kernels = {grouped_kernel()};
+  for (size_t at = 0; !gk.empty() && at <= gk.size();) {
+    const size_t comma = std::min(gk.find(',', at), gk.size());
+    const std::string word = gk.substr(at, comma - at);
+    at = comma + 1;
+    if (word == "both") {
+      kernels.push_back(GroupedKernel::kLegacy);
+      kernels.push_back(GroupedKernel::kWarpSpecialized);
+    } else if (word == "legacy" || word == "ws" || word == "auto") {
+      kernels.push_back(word == "ws"     ? GroupedKernel::kWarpSpecialized
+                        : word == "auto" ? GroupedKernel::kAuto
+                                         : GroupedKernel::kLegacy);
+    } else {
+      throw std::invalid_argument(
+          "--grouped-kernel: expected legacy, ws, auto, both or a comma list of them, got '" + gk +
+          "'");
+    }
+  }
 
   int dev = 0;
   cudaDeviceProp prop{};
@@ -462,6 +519,11 @@ int bench_command(int argc, char** argv) {
   }
   BENCH_CUDA(cudaGetDevice(&dev));
   BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
+  for (const GroupedKernel k : kernels)
+    if (!grouped_kernel_supported(k))
+      throw std::invalid_argument(
+          "--grouped-kernel: ws needs an sm_90 device and a build with sm_90a code (this is " +
+          std::string(prop.name) + ")");
   const double hbm = measure_hbm_GBps(prop.multiProcessorCount);
   const double tc = measure_tc_TFLOPs();
   {
@@ -497,7 +559,7 @@ int bench_command(int argc, char** argv) {
   BENCH_CUDA(cudaStreamCreate(&tm.stream));
 
   std::vector<Result> results;
-  std::printf("%-44s %-6s %-10s %9s %9s %6s %7s %9s %7s %9s\n", "workload", "heads", "planner",
+  std::printf("%-44s %-6s %-13s %9s %9s %6s %7s %9s %7s %9s\n", "workload", "heads", "planner",
               "median_us", "floor_us", "floor%", "GB/s", "base_us", "speedup", "rel_err");
   for (const Problem& pb : problems) {
     const PrefixTree& t = pb.tree;
@@ -524,41 +586,48 @@ int bench_command(int argc, char** argv) {
     const double floor_ms = std::max(bytes_min / (hbm * 1e9), flops_min / (tc * 1e12)) * 1e3;
     const std::string wname = line_name(pb);
     const RefSample ref = reference_sample(pb, seed, bf16);
-    // baseline first
-    Result base;
-    const bool have_base = run_one(pb, "query", in, bf16, ref, runs, tm, &base);
+    // baseline first (on the first grouped kernel only, unless the query planner is listed)
+    std::vector<Result> base;
+    const bool query_listed =
+        std::find(planners.begin(), planners.end(), "query") != planners.end();
+    const bool have_base =
+        run_one(pb, "query", in, bf16, ref, runs, tm,
+                query_listed ? kernels : std::vector<GroupedKernel>{kernels.front()}, &base);
     for (const std::string& pl : planners) {
-      Result r;
+      std::vector<Result> rs;
       if (pl == "query") {
         if (!have_base) continue;  // the baseline's failure is already counted
-        r = base;
-      } else if (!run_one(pb, pl, in, bf16, ref, runs, tm, &r)) {
+        rs = base;
+      } else if (!run_one(pb, pl, in, bf16, ref, runs, tm, kernels, &rs)) {
         continue;  // counted in g_planner_failures: the exit status is nonzero
       }
-      r.workload = wname;
-      r.set = pb.set;
-      r.planner = pl;
-      r.dtype = dtype;
-      r.page_size = t.page_size;
-      r.qo = static_cast<int32_t>(H);
-      r.kv = static_cast<int32_t>(KH);
-      r.head_dim = static_cast<int32_t>(D);
-      r.queries = static_cast<int32_t>(nq);
-      r.floor_ms = floor_ms;
-      r.bytes_min = bytes_min;
-      r.flops_min = flops_min;
-      r.floor_fraction = floor_ms / r.median_ms;
-      r.GBps = bytes_min / (r.median_ms * 1e-3) / 1e9;
-      r.baseline_ms = have_base ? base.median_ms : 0;
-      char heads[16];
-      std::snprintf(heads, sizeof(heads), "%d/%d", r.qo, r.kv);
-      std::printf("%-44.44s %-6s %-10s %9.1f %9.1f %5.1f%% %7.0f %9.1f %6.2fx %9.2e%s\n",
-                  pb.name.c_str(), heads, pl.c_str(), r.median_ms * 1e3, floor_ms * 1e3,
-                  100 * r.floor_fraction, r.GBps, r.baseline_ms * 1e3,
-                  r.baseline_ms > 0 ? r.baseline_ms / r.median_ms : 0.0, r.max_rel_err,
-                  r.check_ok ? "" : "  CHECK FAILED");
-      std::fflush(stdout);
-      results.push_back(r);
+      for (Result& r : rs) {
+        r.workload = wname;
+        r.set = pb.set;
+        r.planner = pl;
+        r.dtype = dtype;
+        r.page_size = t.page_size;
+        r.qo = static_cast<int32_t>(H);
+        r.kv = static_cast<int32_t>(KH);
+        r.head_dim = static_cast<int32_t>(D);
+        r.queries = static_cast<int32_t>(nq);
+        r.floor_ms = floor_ms;
+        r.bytes_min = bytes_min;
+        r.flops_min = flops_min;
+        r.floor_fraction = floor_ms / r.median_ms;
+        r.GBps = bytes_min / (r.median_ms * 1e-3) / 1e9;
+        r.baseline_ms = have_base ? base.front().median_ms : 0;
+        char heads[16];
+        std::snprintf(heads, sizeof(heads), "%d/%d", r.qo, r.kv);
+        const std::string shown = display_planner(r, kernels.size());
+        std::printf("%-44.44s %-6s %-13s %9.1f %9.1f %5.1f%% %7.0f %9.1f %6.2fx %9.2e%s\n",
+                    pb.name.c_str(), heads, shown.c_str(), r.median_ms * 1e3, floor_ms * 1e3,
+                    100 * r.floor_fraction, r.GBps, r.baseline_ms * 1e3,
+                    r.baseline_ms > 0 ? r.baseline_ms / r.median_ms : 0.0, r.max_rel_err,
+                    r.check_ok ? "" : "  CHECK FAILED");
+        std::fflush(stdout);
+        results.push_back(r);
+      }
     }
   }
 
@@ -567,10 +636,12 @@ int bench_command(int argc, char** argv) {
   std::map<std::string, std::map<std::string, double>> best;  // set -> line -> best fraction
   int failures = 0;
   for (const Result& r : results) {
-    auto& g = gm[{r.set.empty() ? "-" : r.set, r.planner}];
+    auto& g = gm[{r.set.empty() ? "-" : r.set, display_planner(r, kernels.size())}];
     g.first += std::log(r.floor_fraction);
     g.second += 1;
-    double& b = best[r.set.empty() ? "-" : r.set][r.workload + "|" + std::to_string(r.page_size)];
+    double& b =
+        best[r.set.empty() ? "-" : r.set + (kernels.size() > 1 ? "/" + r.grouped_kernel : "")]
+            [r.workload + "|" + std::to_string(r.page_size)];
     b = std::max(b, r.floor_fraction);
     failures += !r.check_ok;
   }
@@ -603,12 +674,14 @@ int bench_command(int argc, char** argv) {
                    "\"floor_fraction\": %.4f, \"baseline_query_ms\": %.6f, \"max_rel_err\": %.3e, "
                    "\"heads\": \"%d/%d\", \"head_dim\": %d, \"queries\": %d, \"GBps\": %.1f, "
                    "\"bytes_min\": %.0f, \"flops_min\": %.0f, \"items\": %lld, "
-                   "\"kv_bytes_read\": %.0f, \"est_us\": %.2f, \"check_ok\": %s}",
+                   "\"kv_bytes_read\": %.0f, \"est_us\": %.2f, \"grouped_kernel\": \"%s\", "
+                   "\"grouped_run\": \"%s\", \"check_ok\": %s}",
                    i ? "," : "", json_escape(r.workload).c_str(), r.set.c_str(), r.planner.c_str(),
                    r.dtype.c_str(), r.page_size, r.median_ms, r.floor_ms, r.floor_fraction,
                    r.baseline_ms, r.max_rel_err, r.qo, r.kv, r.head_dim, r.queries, r.GBps,
                    r.bytes_min, r.flops_min, static_cast<long long>(r.items), r.kv_read_bytes,
-                   r.est_us, r.check_ok ? "true" : "false");
+                   r.est_us, r.grouped_kernel.c_str(), r.grouped_run.c_str(),
+                   r.check_ok ? "true" : "false");
     }
     std::fprintf(f, "\n]}\n");
     std::fclose(f);

@@ -1,6 +1,8 @@
 // `treeattn plan`: plans one tree (or each line of a workload set) with one planner or all of
 // them and prints the plan statistics as a table, and as JSON with --json [FILE] (numbers with
-// full precision; bare --json or '-': JSON on stdout, the table on stderr). A planner that throws
+// full precision; bare --json or '-': JSON on stdout, the table on stderr; per tile class the
+// items, their KV tokens and whether GroupedKernel::kAuto would run the class on the
+// warp-specialized kernel of an sm_90a device with the --device's SM count). A planner that throws
 // gets its error in its row instead of aborting the others; any failure makes the exit code 1.
 // Each row says which planner's plan it is (`chosen`: auto's pick, or the planner itself); the
 // estimated times are the cost model's for the --device preset, not a measurement on this
@@ -15,8 +17,10 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "inputs.h"
+#include "treeattn/plan/layout.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/stats.h"
+#include "treeattn/plan/tile_policy.h"
 
 namespace treeattn::cli {
 namespace {
@@ -24,6 +28,7 @@ namespace {
 struct Row {
   std::string planner, chosen, error;
   PlanStats st;
+  PlanLayout layout;  ///< the plan's counts per tile class (class_items_planned, ...)
 };
 
 constexpr double kMB = 1e6;
@@ -68,6 +73,7 @@ int plan_command(int argc, char** argv) {
         const Plan plan = planned(p.tree, opts, "plan", p.name);
         r.chosen = plan.chosen_planner;
         r.st = plan_stats(p.tree, plan, dev);
+        r.layout = plan_layout(plan);
       } catch (const std::exception& e) {
         r.error = e.what();
         ++failures;
@@ -98,7 +104,18 @@ int plan_command(int argc, char** argv) {
            << ", \"partial_bytes\": " << r.st.partial_bytes << ", \"qo_bytes\": " << r.st.qo_bytes
            << ", \"padding_fraction\": " << json_number(r.st.padding_fraction)
            << ", \"flops\": " << json_number(r.st.flops)
-           << ", \"est_time_us\": " << json_number(r.st.est_time_us) << "}";
+           << ", \"est_time_us\": " << json_number(r.st.est_time_us) << ", \"classes\": [";
+        const PlanLayout& L = r.layout;
+        for (int c = 0; c < kNumTileClasses; ++c) {
+          const bool ws =
+              tile::block_layout(c, p.head_dim) &&
+              tile::ws_pays_off(c, L.class_items_planned[c], L.class_kv_tokens_planned[c],
+                                L.m16_items_planned, p.num_kv_heads, dev.num_sms);
+          js << (c ? ", " : "") << "{\"items\": " << L.class_items_planned[c]
+             << ", \"kv_tokens\": " << L.class_kv_tokens_planned[c]
+             << ", \"auto_ws\": " << (ws ? "true" : "false") << "}";
+        }
+        js << "]}";
       }
       js << "]}";
     }

@@ -89,4 +89,26 @@ const char* last_cuda_error();
 void set_kv_heads_per_cta(int n);
 int kv_heads_per_cta_override();
 
+/// Kernel of the grouped tile classes (kM64, kM128) at head_dim <= 128:
+///  * kLegacy: one warp per 16 rows, every warp loads and computes (mma.sync, or wgmma per
+///    warpgroup on sm_90a);
+///  * kWarpSpecialized: the Hopper kernel of src/kernels/sm90/ (a producer warpgroup fills an
+///    mbarrier ring, two consumer warpgroups ping-pong their wgmma and softmax). Runs only where
+///    grouped_kernel_supported() says so; elsewhere the launcher takes kLegacy.
+///  * kAuto: per launch and class, kWarpSpecialized where it runs and the plan's items of the
+///    class are of the kind it is faster on (tile::ws_pays_off, from the layout's planned counts),
+///    else kLegacy.
+enum class GroupedKernel : int32_t { kLegacy = 0, kWarpSpecialized = 1, kAuto = 2 };
+/// Selects the grouped kernel for every later launch of this process (default kLegacy). Read on
+/// the host at launch, so a captured CUDA graph keeps the kernels it was captured with.
+void set_grouped_kernel(GroupedKernel k);
+GroupedKernel grouped_kernel();
+/// True when the current device runs `k` (kWarpSpecialized: an sm_90 device and a build with
+/// sm_90a code; kLegacy and kAuto: always).
+bool grouped_kernel_supported(GroupedKernel k);
+/// The kernel (kLegacy or kWarpSpecialized, never kAuto) that run_decode launches tile class `cls`
+/// of `layout` on, on the current device under the current set_grouped_kernel(): kM16 and
+/// head_dim 256 always kLegacy. Host-only (no device reads).
+GroupedKernel grouped_kernel_for(const PlanLayout& layout, TileClass cls);
+
 }  // namespace treeattn

@@ -30,6 +30,12 @@ struct PlanLayout {
   /// its KV heads per CTA from this count, never from the capacity, so the output bits depend on
   /// the plan, not on the headroom (a captured graph keeps the config of its capture).
   int64_t m16_items_planned = 0;
+  /// Per tile class, the plan's items and the sum of their kv_tokens (headroom not applied; set
+  /// with m16_items_planned by set_planned_counts). GroupedKernel::kAuto picks the kernel of each
+  /// grouped class from them (tile::ws_pays_off), so the choice follows the plan, never the
+  /// headroom, and a captured graph keeps the choice of its capture.
+  int64_t class_items_planned[kNumTileClasses] = {0, 0, 0};
+  int64_t class_kv_tokens_planned[kNumTileClasses] = {0, 0, 0};
   int64_t items = 0, rows = 0, ranges = 0, page_ids = 0, masks = 0, slots = 0, queries = 0;
   int32_t num_qo_heads = 0, head_dim = 0;
   // byte offsets into the workspace
@@ -41,6 +47,10 @@ struct PlanLayout {
 
 /// Headroom > 1 sizes every capacity up (for graph replay over later, larger plans).
 PlanLayout plan_layout(const Plan& plan, double headroom = 1.0);
+/// Sets the layout's counts of the plan it runs (m16_items_planned, class_items_planned,
+/// class_kv_tokens_planned) from `plan`: plan_layout sets them for its own plan, DevicePlan::upload
+/// for every plan it uploads into an existing layout.
+void set_planned_counts(const Plan& plan, PlanLayout* layout);
 /// True when `plan` can be packed into `layout` (a workspace laid out for an earlier plan): same
 /// heads, head_dim and page size, and every count within the layout's capacities.
 bool plan_fits(const Plan& plan, const PlanLayout& layout);

@@ -17,7 +17,11 @@
 //    and the page ids are cached; each head runs its own pipeline and epilogue.
 //  * kM64 = 4 warps x 16 rows, kM128 = 8 warps x 16 rows: 64-token tiles (32 for head_dim 256),
 //    3 stages, one KV head per CTA. On sm_90a with head_dim <= 128 each warpgroup (64 rows) runs
-//    its S = Q K^T and O += P V as wgmma (src/kernels/wgmma.cuh); elsewhere mma.sync per warp.
+//    its S = Q K^T and O += P V as wgmma (src/kernels/sm90/wgmma.cuh); elsewhere mma.sync per warp.
+//    set_grouped_kernel(kWarpSpecialized) runs them on the warp-specialized sm_90a kernel instead
+//    (src/kernels/sm90/config.cuh: 1 CTA per SM, kM64 with 64-token tiles split over two consumer
+//    warpgroups, kM128 with 128-token tiles), kAuto per class where ws_pays_off() says so; the
+//    cost model describes the kernel above.
 //  * Masked items: a warp (a warpgroup under wgmma) skips the KV tiles none of its rows sees;
 //    the cost model counts only the MMAs that run (masked_mma_fraction in cost_model.h).
 #pragma once
@@ -98,6 +102,29 @@ inline int heads_per_cta(int64_t m16_items, int kv_heads, int num_sms, int ctas_
   if (hpc <= 1) return 1;
   if (hpc > kv_heads) hpc = kv_heads;
   return static_cast<int>(ceil_div(kv_heads, ceil_div(kv_heads, hpc)));
+}
+
+/// GroupedKernel::kAuto: grouped class `cls` (1 kM64, 2 kM128) runs on the warp-specialized
+/// kernel only where it beat the other kernel on an H100 (bench/NOTES.md, "Generation 3a: first
+/// device run"). Its CTA holds a whole SM (384 threads, 227 KB of shared memory), so it pays off
+/// only where the items are long enough to amortize the CTA's fixed latency (setup, pipeline fill,
+/// epilogue: about 3 us) and nothing else wants the SM:
+///  * every class: at least kWsMinTokensPerItem KV tokens per item on average (one 128-token tile
+///    of kM128 and items of fewer than four 64-token tiles of kM64 lost);
+///  * kM64 (the other kernel fits 2 CTAs per SM and overlaps one's fixed latency with the
+///    other's work): at most one CTA per SM (items x kv_heads <= num_sms; each extra wave cost
+///    about 3 us), and a kM16 launch that is empty or wide (many short CTAs that drain fast; the
+///    deep config's few long CTAs hold SMs that a whole-SM CTA waits for).
+/// `items` and `kv_tokens` are the plan's (PlanLayout::class_items_planned,
+/// class_kv_tokens_planned), `m16_items` its kM16 items.
+inline constexpr int64_t kWsMinTokensPerItem = 256;
+inline bool ws_pays_off(int cls, int64_t items, int64_t kv_tokens, int64_t m16_items, int kv_heads,
+                        int num_sms) {
+  if (cls != 1 && cls != 2) return false;
+  if (items <= 0 || kv_tokens < kWsMinTokensPerItem * items) return false;
+  if (cls == 2) return true;
+  const bool m16_clear = m16_items <= 0 || use_wide_m16(m16_items * kv_heads, num_sms);
+  return items * kv_heads <= num_sms && m16_clear;
 }
 
 }  // namespace treeattn::tile

@@ -177,6 +177,30 @@ void plan_run_check(const PrefixTree& tree, const Case& c) {
   expect_matches_oracle(tree, c, in, out, lse);
 }
 
+void expect_deterministic(const PrefixTree& tree, const Case& c, const Plan& plan, int runs) {
+  CaseInputs in;
+  fill_inputs(tree, c, 99, &in);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  DevicePlan small, large;
+  small.upload(plan, nullptr, 1.0);
+  large.upload(plan, nullptr, 3.0);
+  std::vector<uint16_t> ref_out, out;
+  std::vector<float> ref_lse, lse;
+  run_and_fetch(small, in, nullptr, nullptr, &ref_out, &ref_lse);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  expect_matches_oracle(tree, c, in, ref_out, ref_lse);
+  for (int run = 0; run < runs; ++run) {
+    for (const DevicePlan* dp : {&small, &large}) {
+      run_and_fetch(*dp, in, nullptr, nullptr, &out, &lse);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+      ASSERT_EQ(out, ref_out) << "output bits differ: run " << run
+                              << (dp == &small ? " headroom 1" : " headroom 3");
+      ASSERT_EQ(0, std::memcmp(lse.data(), ref_lse.data(), lse.size() * sizeof(float)))
+          << "LSE bits differ: run " << run;
+    }
+  }
+}
+
 LevelsCase levels_case(const char* levels, const char* planner, bool bf16, uint64_t page_seed) {
   const LevelSpec spec = parse_levels(levels);
   LevelsCase lc{tree_from_levels(spec, PageLayout::kShuffled, page_seed), Case{}};

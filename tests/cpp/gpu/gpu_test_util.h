@@ -107,6 +107,11 @@ Plan make_case_plan(const PrefixTree& tree, const Case& c);
 /// current test on any error, a planner that throws included.
 void plan_run_check(const PrefixTree& tree, const Case& c);
 
+/// Runs `plan` on two workspaces laid out with headroom 1 and 3 (3x the CTAs in every launch),
+/// `runs` times each; the first run must match the oracle (every query of c.sample_queries) and
+/// every run must give its output and LSE bits. Fails the current test.
+void expect_deterministic(const PrefixTree& tree, const Case& c, const Plan& plan, int runs);
+
 /// The tree of a level spec (e.g. "N=1,64 C=100,9 heads=32/8 dim=128 page=16") with its pages
 /// shuffled by `page_seed`, and a Case with the spec's heads and head dim.
 struct LevelsCase {

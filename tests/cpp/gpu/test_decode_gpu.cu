@@ -243,10 +243,15 @@ TEST(DecodeGpu, UploadReallocatesOnlyWhenThePlanDoesNotFit) {
   std::vector<float> lse;
   run_and_fetch(dp, in, nullptr, nullptr, &out, &lse);
   expect_matches_oracle(large, c, in, out, lse);
-  // a later plan that fits keeps the workspace, and the launcher's kM16 count follows it
+  // a later plan that fits keeps the workspace, and the launcher's counts follow it
   dp.upload(p_small, nullptr);
   EXPECT_TRUE(dp.fits(p_large));
   EXPECT_EQ(dp.layout().m16_items_planned, p_small.class_begin[1] - p_small.class_begin[0]);
+  const PlanLayout small_layout = plan_layout(p_small);
+  for (int cls = 0; cls < kNumTileClasses; ++cls) {
+    EXPECT_EQ(dp.layout().class_items_planned[cls], small_layout.class_items_planned[cls]);
+    EXPECT_EQ(dp.layout().class_kv_tokens_planned[cls], small_layout.class_kv_tokens_planned[cls]);
+  }
   dp.release();
   EXPECT_FALSE(dp.uploaded());
 }

@@ -103,27 +103,7 @@ TEST(DecodeGpu, DeterministicAcrossRunsAndGridSizes) {
     SCOPED_TRACE(c.describe() + " " + line.levels);
     const Plan plan = make_case_plan(tree, c);
     ASSERT_GT(plan.num_slots, 0) << "the line must merge partials";
-    CaseInputs in;
-    fill_inputs(tree, c, 99, &in);
-    ASSERT_FALSE(::testing::Test::HasFatalFailure());
-    DevicePlan small, large;
-    small.upload(plan, nullptr, 1.0);
-    large.upload(plan, nullptr, 3.0);
-    std::vector<uint16_t> ref_out, out;
-    std::vector<float> ref_lse, lse;
-    run_and_fetch(small, in, nullptr, nullptr, &ref_out, &ref_lse);
-    ASSERT_FALSE(::testing::Test::HasFatalFailure());
-    expect_matches_oracle(tree, c, in, ref_out, ref_lse);
-    for (int run = 0; run < 20; ++run) {
-      for (const DevicePlan* dp : {&small, &large}) {
-        run_and_fetch(*dp, in, nullptr, nullptr, &out, &lse);
-        ASSERT_FALSE(::testing::Test::HasFatalFailure());
-        ASSERT_EQ(out, ref_out) << "output bits differ: run " << run
-                                << (dp == &small ? " headroom 1" : " headroom 3");
-        ASSERT_EQ(0, std::memcmp(lse.data(), ref_lse.data(), lse.size() * sizeof(float)))
-            << "LSE bits differ: run " << run;
-      }
-    }
+    expect_deterministic(tree, c, plan, 20);
   }
 }
 

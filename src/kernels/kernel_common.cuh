@@ -1,0 +1,207 @@
+// Pieces shared by the decode attention kernels (the mma.sync/wgmma kernel of decode_kernel.cuh
+// and the warp-specialized Hopper kernel of src/kernels/sm90/): dtype traits, the column-block tile
+// layout that wgmma's 128-byte swizzle reads, the cursor over an item's KV ranges, and the
+// epilogue that stages each row's online-softmax state (O, m, l) in shared memory, merges the
+// states of a row and writes the final output (dtype + natural-log LSE) or an fp32 partial slot.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "decode_params.h"
+#include "ptx.cuh"
+
+namespace treeattn::cuda_detail {
+
+constexpr float kLn2 = 0.69314718055994530942f;
+
+template <DType kDType>
+struct DTypeTraits;
+template <>
+struct DTypeTraits<DType::kFloat16> {
+  using T = __half;
+  using T2 = __half2;
+  static __device__ __forceinline__ uint32_t pack(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    return __half22float2(*reinterpret_cast<__half2*>(&u));
+  }
+};
+template <>
+struct DTypeTraits<DType::kBFloat16> {
+  using T = __nv_bfloat16;
+  using T2 = __nv_bfloat162;
+  static __device__ __forceinline__ uint32_t pack(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&u));
+  }
+};
+
+/// Byte offset of 16-byte chunk `c` of row `r` in a [NR][head_dim] 16-bit tile stored as
+/// head_dim / 64 column blocks of [NR][64] elements (128 bytes a row), chunk c of row r at chunk
+/// (c ^ (r & 7)) of its row: the layout wgmma's 128-byte swizzle reads (sm90/wgmma.cuh). The
+/// tile must start at a 1024-byte boundary.
+template <int NR>
+__device__ __forceinline__ uint32_t block_swz(int r, int c) {
+  return static_cast<uint32_t>((c >> 3) * (NR * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/// Forward-only cursor over an item's ranges: token position -> element offset of its page slot.
+struct RangeCursor {
+  const DeviceRange* ranges;
+  int idx, num;
+  DeviceRange cur;
+  __device__ __forceinline__ void init(const DeviceRange* r, int n) {
+    ranges = r;
+    num = n;
+    idx = 0;
+    if (n > 0) cur = r[0];
+  }
+  /// Requires pos to be non-decreasing between calls and < the item's kv_tokens.
+  __device__ __forceinline__ void seek(int pos) {
+    while (pos >= cur.token_begin + cur.len && idx + 1 < num) cur = ranges[++idx];
+  }
+  /// Element offset (page * page_stride + slot * slot_stride) of token `pos` (seek first).
+  __device__ __forceinline__ long long slot_offset(const KernelParams& p, int pos) const {
+    const int in_range = cur.page_offset + (pos - cur.token_begin);
+    const int page_local = p.page_shift >= 0 ? in_range >> p.page_shift : in_range / p.page_size;
+    const int slot = in_range - page_local * p.page_size;
+    const int page = p.page_ids[cur.page_begin + page_local];
+    return page * p.page_stride + slot * p.slot_stride;
+  }
+};
+
+/// Copies the CTA's Q rows into shared memory with cp.async: packed row pr = r * group + h is query
+/// rows[row_begin + r]'s qo head kv_head * group + h; rows past the item are zero-filled. The
+/// calling thread copies 16-byte chunk `c` of rows prow, prow + RPP, ... < ROWS; `swz(pr, c)` is
+/// the chunk's byte offset in the tile at sQ.
+template <class T, int ROWS, int RPP, class Swz>
+__device__ __forceinline__ void copy_q_rows(const KernelParams& p, const DeviceItem& item,
+                                            int kv_head, uint32_t sQ, int c, int prow, Swz swz) {
+  const T* gq = static_cast<const T*>(p.q);
+  const int group = p.group;
+  const int packed_rows = item.num_rows * group;
+#pragma unroll
+  for (int pr0 = 0; pr0 < ROWS; pr0 += RPP) {
+    const int pr = pr0 + prow;
+    const T* src = gq;
+    int bytes = 0;
+    if (pr < packed_rows) {
+      const int r = pr / group, h = pr - r * group;
+      const int query = p.rows[2 * (item.row_begin + r)];
+      src = gq + query * p.q_stride_query + (kv_head * group + h) * p.q_stride_head + c * 8;
+      bytes = 16;
+    }
+    cp_async16(sQ + swz(pr, c), src, bytes);
+  }
+}
+
+/// Writes one 16-byte chunk (elements 8c .. 8c+7) of the final output of (query, qo head) in the
+/// dtype, and its natural-log LSE from chunk 0 when the caller asked for LSEs.
+template <class Traits>
+__device__ __forceinline__ void store_output_chunk(const KernelParams& p, int query, int head,
+                                                   int c, const float (&o)[8], float lse) {
+  using T = typename Traits::T;
+  T* dst = static_cast<T*>(p.out) + query * p.o_stride_query + head * p.o_stride_head + 8 * c;
+  uint4 packed;
+  packed.x = Traits::pack(o[0], o[1]);
+  packed.y = Traits::pack(o[2], o[3]);
+  packed.z = Traits::pack(o[4], o[5]);
+  packed.w = Traits::pack(o[6], o[7]);
+  *reinterpret_cast<uint4*>(dst) = packed;
+  if (p.lse != nullptr && c == 0) p.lse[query * p.num_qo_heads + head] = lse;
+}
+
+/// Stages one warp's online-softmax state of its 16 rows in shared memory: the unnormalized O
+/// (m16n8 C fragments, `o_rows` = the warp's first row, `pitch` floats a row), the running max m
+/// (exp2 domain) and the row sums l, which are summed over the row's quad here. g = lane / 4,
+/// t4 = lane % 4.
+template <int NT_O>
+__device__ __forceinline__ void stage_warp_state(float* o_rows, float* m_rows, float* l_rows,
+                                                 int pitch, const float (&o)[NT_O][4],
+                                                 const float (&m)[2], float (&l)[2], int g,
+                                                 int t4) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+#pragma unroll
+  for (int n = 0; n < NT_O; ++n) {
+    const int col = 8 * n + 2 * t4;
+    *reinterpret_cast<float2*>(o_rows + g * pitch + col) = make_float2(o[n][0], o[n][1]);
+    *reinterpret_cast<float2*>(o_rows + (g + 8) * pitch + col) = make_float2(o[n][2], o[n][3]);
+  }
+  if (t4 == 0) {
+    m_rows[g] = m[0];
+    m_rows[g + 8] = m[1];
+    l_rows[g] = l[0];
+    l_rows[g + 8] = l[1];
+  }
+}
+
+/// Epilogue write of an item's packed rows from NS staged states per row (state w of row pr:
+/// sO[(w * ROWS + pr) * PITCH], sM[w * ROWS + pr], sL[w * ROWS + pr]): the states are merged in
+/// order w = 0, 1, ... (deterministic), normalized, and written as the final output (dtype +
+/// natural-log LSE) or the row's fp32 partial slot. One thread per (packed row, 8-element chunk),
+/// threads `tid` of `nthreads`; a row whose states saw nothing gets o = 0 and lse = -inf.
+template <class Traits, int HD, int NS, int ROWS, int PITCH>
+__device__ __forceinline__ void write_staged_rows(const KernelParams& p, const DeviceItem& item,
+                                                  int kv_head, const float* sO, const float* sM,
+                                                  const float* sL, int tid, int nthreads) {
+  constexpr int CPT = HD / 8;
+  const int group = p.group;
+  const int packed_rows = item.num_rows * group;
+  for (int idx = tid; idx < ROWS * CPT; idx += nthreads) {
+    const int pr = idx / CPT, c = idx - pr * CPT;
+    if (pr >= packed_rows) break;  // idx grows with pr
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < NS; ++w) m_max = fmaxf(m_max, sM[w * ROWS + pr]);
+    float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    float lse_nat = -INFINITY;
+    if (m_max != -INFINITY) {
+      float l_tot = 0.f;
+      float wgt[NS];
+#pragma unroll
+      for (int w = 0; w < NS; ++w) {
+        wgt[w] = fast_exp2(sM[w * ROWS + pr] - m_max);
+        l_tot += wgt[w] * sL[w * ROWS + pr];
+      }
+      if (l_tot > 0.f) {
+        const float inv = 1.f / l_tot;
+#pragma unroll
+        for (int w = 0; w < NS; ++w) {
+          const float* src = sO + (w * ROWS + pr) * PITCH + 8 * c;
+          const float4 x0 = *reinterpret_cast<const float4*>(src);
+          const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+          const float f = wgt[w] * inv;
+          o[0] += f * x0.x, o[1] += f * x0.y, o[2] += f * x0.z, o[3] += f * x0.w;
+          o[4] += f * x1.x, o[5] += f * x1.y, o[6] += f * x1.z, o[7] += f * x1.w;
+        }
+        lse_nat = (m_max + log2f(l_tot)) * kLn2;
+      }
+    }
+    const int r = pr / group, h = pr - r * group;
+    const int query = p.rows[2 * (item.row_begin + r)];
+    const int slot = p.rows[2 * (item.row_begin + r) + 1];
+    const int head = kv_head * group + h;
+    if (slot == kFinalOutput) {
+      store_output_chunk<Traits>(p, query, head, c, o, lse_nat);
+    } else {
+      float* dst = p.partial_o + (static_cast<int64_t>(slot) * p.num_qo_heads + head) * HD + 8 * c;
+      *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(o[4], o[5], o[6], o[7]);
+      if (c == 0) p.partial_lse[static_cast<int64_t>(slot) * p.num_qo_heads + head] = lse_nat;
+    }
+  }
+}
+
+}  // namespace treeattn::cuda_detail
