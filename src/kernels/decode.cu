@@ -158,7 +158,7 @@ void set_kv_heads_per_cta(int n) { g_kv_heads_per_cta.store(n > 0 ? n : 0); }
 int kv_heads_per_cta_override() { return g_kv_heads_per_cta.load(); }
 
 namespace {
-std::atomic<int> g_grouped_kernel{static_cast<int>(GroupedKernel::kLegacy)};
+std::atomic<int> g_grouped_kernel{static_cast<int>(GroupedKernel::kAuto)};
 }  // namespace
 
 void set_grouped_kernel(GroupedKernel k) {
