@@ -1,12 +1,14 @@
 // Shared pieces of the nanobind extension _treeattn: the Python-visible plan object (host plan,
-// its tree, and the lazily made DevicePlan) and the tensor validation helpers used by
-// decode() and reference(). Bindings only validate and convert; the logic lives in the library.
+// its tree, and the lazily made DevicePlan), the argument converters every binding takes its int
+// and text arguments through, and the tensor validation helpers used by decode() and
+// reference(). Bindings only validate and convert; the logic lives in the library.
 #pragma once
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,29 @@ namespace treeattn::py {
 
 namespace nb = nanobind;
 using AnyArray = nb::ndarray<>;
+
+/// A parameter that takes any Python object and shows as `int` in signatures and stubs: the
+/// binding converts it with int_arg, so a bad value gets an error naming the parameter instead
+/// of nanobind's "incompatible function arguments". Declare it with nb::arg(...).none() (None
+/// too gets the named error) and give the function an nb::sig, since nanobind would show such a
+/// parameter as `int | None`.
+using IntParam = nb::typed<nb::handle, int>;
+
+/// `value` as a Python int, checked: a Python int or numpy integer (a bool is refused), within
+/// [lo, hi] (Python ints of any size). Throws TypeError "name: expected an int, got float" or
+/// ValueError "name: 5 is out of range [0, 3]". Bound as treeattn.check_int.
+nb::int_ check_int(const std::string& name, nb::handle value, nb::handle lo, nb::handle hi);
+
+/// check_int into a C integer: the range defaults to T's (int32 unless said otherwise).
+template <typename T = int32_t>
+T int_arg(const char* name, nb::handle value, T lo = std::numeric_limits<T>::min(),
+          T hi = std::numeric_limits<T>::max()) {
+  return nb::cast<T>(check_int(name, value, nb::int_(lo), nb::int_(hi)));
+}
+
+/// The UTF-8 text of a str, bytes or bytearray argument. Throws TypeError "name: expected str or
+/// bytes, got int" or ValueError "name: not UTF-8 (...)".
+std::string text_arg(const char* name, nb::handle value);
 
 /// DLPack device types we accept.
 inline constexpr int kDlCpu = 1;
@@ -80,6 +105,7 @@ struct ExpectedShape {
 /// dims, shape, floating dtype, one device. Throws ValueError / TypeError naming the argument.
 void check_qkv(const ExpectedShape& e, const AnyArray& q, const AnyArray& k, const AnyArray* v);
 
+void register_args(nb::module_& m);
 void register_tree(nb::module_& m);
 void register_plan(nb::module_& m);
 void register_decode(nb::module_& m);

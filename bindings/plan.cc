@@ -168,10 +168,23 @@ void register_plan(nb::module_& m) {
   nb::class_<PyPlan>(m, "Plan", nb::is_weak_referenceable(),
                      "A host plan (work items over the tree's KV) plus, once used on a GPU, its "
                      "device workspace. Made by treeattn.plan(); reused across layers.")
-      .def(nb::init<const PrefixTree&, const std::string&, int32_t, int32_t, int32_t, int32_t,
-                    const DeviceInfo&, double>(),
-           nb::arg("tree"), nb::arg("planner"), nb::arg("num_qo_heads"), nb::arg("num_kv_heads"),
-           nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("device_info"), nb::arg("headroom"))
+      .def(
+          "__init__",
+          [](PyPlan* self, const PrefixTree& tree, const std::string& planner,
+             IntParam num_qo_heads, IntParam num_kv_heads, IntParam head_dim, IntParam dtype_bytes,
+             const DeviceInfo& device_info, double headroom) {
+            const int32_t qo = int_arg("num_qo_heads", num_qo_heads);
+            const int32_t kv = int_arg("num_kv_heads", num_kv_heads);
+            const int32_t dim = int_arg("head_dim", head_dim);
+            const int32_t bytes = int_arg("dtype_bytes", dtype_bytes);
+            new (self) PyPlan(tree, planner, qo, kv, dim, bytes, device_info, headroom);
+          },
+          nb::arg("tree"), nb::arg("planner"), nb::arg("num_qo_heads").none(),
+          nb::arg("num_kv_heads").none(), nb::arg("head_dim").none(), nb::arg("dtype_bytes").none(),
+          nb::arg("device_info"), nb::arg("headroom"),
+          nb::sig("def __init__(self, tree: PrefixTree, planner: str, num_qo_heads: int, "
+                  "num_kv_heads: int, head_dim: int, dtype_bytes: int, device_info: DeviceInfo, "
+                  "headroom: float) -> None"))
       .def_prop_ro("planner", of_plan([](const Plan& p) { return p.planner; }),
                    "The planner asked for.")
       .def_prop_ro(

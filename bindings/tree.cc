@@ -48,8 +48,10 @@ void check_int_array(const AnyArray& a, const char* name, size_t ndim) {
 }
 
 /// block_tables as a 2-D integer array (rows may be padded past ceil(seq_len / page_size)).
-PrefixTree from_block_tables_array(const AnyArray& bt, const AnyArray& lens, int32_t page_size,
-                                   int32_t num_pages) {
+PrefixTree from_block_tables_array(const AnyArray& bt, const AnyArray& lens, IntParam page_size_arg,
+                                   IntParam num_pages_arg) {
+  const int32_t page_size = int_arg("page_size", page_size_arg);
+  const int32_t num_pages = int_arg("num_pages", num_pages_arg);
   check_int_array(bt, "block_tables", 2);
   check_int_array(lens, "seq_lens", 1);
   TA_CHECK_ARG(lens.shape(0) == bt.shape(0), "seq_lens", "expected ", bt.shape(0),
@@ -90,7 +92,8 @@ void set_checked(PrefixTree& t, T PrefixTree::*field, const T& value) {
   }
 }
 
-nb::dict node_dict(const PrefixTree& t, int32_t i) {
+nb::dict node_dict(const PrefixTree& t, IntParam index) {
+  const int32_t i = int_arg("index", index);
   TA_CHECK_ARG(i >= 0 && i < static_cast<int32_t>(t.nodes.size()), "node", "index ", i,
                " out of range [0, ", t.nodes.size(), ")");
   const TreeNode& n = t.nodes[i];
@@ -126,49 +129,76 @@ void register_tree(nb::module_& m) {
                          "them. Query q attends every token on the path root -> its node; it is "
                          "row q of decode()'s q tensor. Build it with a from_* method.")
       .def_static("from_block_tables", &from_block_tables_array, nb::arg("block_tables"),
-                  nb::arg("seq_lens"), nb::arg("page_size") = 16, nb::arg("num_pages") = 0,
+                  nb::arg("seq_lens"), nb::arg("page_size").none() = 16,
+                  nb::arg("num_pages").none() = 0,
+                  nb::sig("def from_block_tables(block_tables: ndarray[], seq_lens: ndarray[], "
+                          "page_size: int = 16, num_pages: int = 0) -> PrefixTree"),
                   "Radix tree on common leading page ids (vLLM layout). block_tables: 2-D int "
                   "array [requests, max_pages] (rows may be padded); seq_lens: [requests]. One "
                   "query per request, in order. num_pages = 0 means max page id + 1.")
-      .def_static("from_block_tables", &tree_from_block_tables, nb::arg("block_tables"),
-                  nb::arg("seq_lens"), nb::arg("page_size") = 16, nb::arg("num_pages") = 0,
-                  "Same, from lists: block_tables[r] holds at least ceil(seq_lens[r] / "
-                  "page_size) page ids.")
+      .def_static(
+          "from_block_tables",
+          [](const std::vector<std::vector<int32_t>>& block_tables,
+             const std::vector<int64_t>& seq_lens, IntParam page_size, IntParam num_pages) {
+            const int32_t ps = int_arg("page_size", page_size);
+            const int32_t np = int_arg("num_pages", num_pages);
+            return tree_from_block_tables(block_tables, seq_lens, ps, np);
+          },
+          nb::arg("block_tables"), nb::arg("seq_lens"), nb::arg("page_size").none() = 16,
+          nb::arg("num_pages").none() = 0,
+          nb::sig("def from_block_tables(block_tables: collections.abc.Sequence[collections.abc."
+                  "Sequence[int]], seq_lens: collections.abc.Sequence[int], page_size: int = 16, "
+                  "num_pages: int = 0) -> PrefixTree"),
+          "Same, from lists: block_tables[r] holds at least ceil(seq_lens[r] / "
+          "page_size) page ids.")
       .def_static("from_json", &tree_from_json_file, nb::arg("path"),
                   "Reads the stable JSON tree format from a file.")
-      .def_static("from_json_str", &tree_from_json, nb::arg("text"),
-                  "Parses the stable JSON tree format from a string.")
+      .def_static(
+          "from_json_str", [](nb::handle text) { return tree_from_json(text_arg("text", text)); },
+          nb::arg("text").none(), nb::sig("def from_json_str(text: str | bytes) -> PrefixTree"),
+          "Parses the stable JSON tree format from a string (or UTF-8 bytes).")
       .def_static(
           "from_levels",
-          [](const std::string& text, const std::string& layout, uint64_t seed) {
-            return tree_from_levels(parse_levels(text), parse_layout(layout), seed);
+          [](const std::string& text, const std::string& layout, IntParam seed) {
+            const uint64_t s = int_arg<uint64_t>("seed", seed);
+            return tree_from_levels(parse_levels(text), parse_layout(layout), s);
           },
-          nb::arg("levels"), nb::arg("layout") = "contiguous", nb::arg("seed") = 0,
+          nb::arg("levels"), nb::arg("layout") = "contiguous", nb::arg("seed").none() = 0,
+          nb::sig("def from_levels(levels: str, layout: str = 'contiguous', seed: int = 0) -> "
+                  "PrefixTree"),
           "Level spec such as 'N=1,8 C=2048,128 [heads=32/8] [page=16] [dim=128]'; pages "
           "'contiguous' or 'shuffled' (with seed).")
       .def_static(
           "from_workload",
-          [](const std::string& key, const std::string& layout, uint64_t seed) {
-            return build_workload(find_workload(key), parse_layout(layout), seed);
+          [](const std::string& key, const std::string& layout, IntParam seed) {
+            const uint64_t s = int_arg<uint64_t>("seed", seed);
+            return build_workload(find_workload(key), parse_layout(layout), s);
           },
-          nb::arg("key"), nb::arg("layout") = "contiguous", nb::arg("seed") = 0,
+          nb::arg("key"), nb::arg("layout") = "contiguous", nb::arg("seed").none() = 0,
+          nb::sig("def from_workload(key: str, layout: str = 'contiguous', seed: int = 0) -> "
+                  "PrefixTree"),
           "An embedded workload by 'set:index' (e.g. 'fasttree:3') or by its exact name.")
       .def_static(
           "random",
-          [](uint64_t seed, int32_t max_nodes, int32_t max_queries, int32_t max_tokens_per_node,
-             int32_t max_roots, int32_t page_size, bool shuffle_pages) {
+          [](IntParam seed, IntParam max_nodes, IntParam max_queries, IntParam max_tokens_per_node,
+             IntParam max_roots, IntParam page_size, bool shuffle_pages) {
+            const uint64_t s = int_arg<uint64_t>("seed", seed);
             RandomTreeOptions o;
-            o.max_nodes = max_nodes;
-            o.max_queries = max_queries;
-            o.max_tokens_per_node = max_tokens_per_node;
-            o.max_roots = max_roots;
-            o.page_size = page_size;
+            o.max_nodes = int_arg("max_nodes", max_nodes);
+            o.max_queries = int_arg("max_queries", max_queries);
+            o.max_tokens_per_node = int_arg("max_tokens_per_node", max_tokens_per_node);
+            o.max_roots = int_arg("max_roots", max_roots);
+            o.page_size = int_arg("page_size", page_size);
             o.shuffle_pages = shuffle_pages;
-            return random_tree(seed, o);
+            return random_tree(s, o);
           },
-          nb::arg("seed"), nb::arg("max_nodes") = 64, nb::arg("max_queries") = 64,
-          nb::arg("max_tokens_per_node") = 300, nb::arg("max_roots") = 3, nb::arg("page_size") = 16,
+          nb::arg("seed").none(), nb::arg("max_nodes").none() = 64,
+          nb::arg("max_queries").none() = 64, nb::arg("max_tokens_per_node").none() = 300,
+          nb::arg("max_roots").none() = 3, nb::arg("page_size").none() = 16,
           nb::arg("shuffle_pages") = true,
+          nb::sig("def random(seed: int, max_nodes: int = 64, max_queries: int = 64, "
+                  "max_tokens_per_node: int = 300, max_roots: int = 3, page_size: int = 16, "
+                  "shuffle_pages: bool = True) -> PrefixTree"),
           "A random tree for tests (deep chains, wide fan-out, one-token nodes, many roots).")
       .def("to_json", &tree_to_json, "The stable JSON format (round-trips through from_json_str).")
       .def(
@@ -201,7 +231,8 @@ void register_tree(nb::module_& m) {
                    })
       .def_prop_ro("page_size", [](const PrefixTree& t) { return t.page_size; })
       .def_prop_rw(
-          "num_pages", [](const PrefixTree& t) { return t.num_pages; }, &PrefixTree::set_num_pages,
+          "num_pages", [](const PrefixTree& t) { return t.num_pages; },
+          [](PrefixTree& t, IntParam n) { t.set_num_pages(int_arg("num_pages", n)); },
           "Page ids must lie in [0, num_pages) (set it before free_pages). Setting it is an update "
           "(version + 1); it must stay above every page id in use or in free_pages.")
       .def_prop_rw(
@@ -220,24 +251,51 @@ void register_tree(nb::module_& m) {
             return nb::make_tuple(t.shape.num_qo_heads, t.shape.num_kv_heads, t.shape.head_dim);
           },
           "(num_qo_heads, num_kv_heads, head_dim) from JSON or a workload line; 0 = not given.")
-      .def("node", &node_dict, nb::arg("index"),
+      .def("node", &node_dict, nb::arg("index").none(),
+           nb::sig("def node(self, index: int) -> dict"),
            "Node `index` as a dict: id, parent (index or None), tokens, page_offset, pages, "
            "alive.")
-      .def("query_path", &query_path, nb::arg("query"),
-           "Node indices of a query's path, root "
-           "first.")
-      .def("query_context", &query_context, nb::arg("query"), "KV tokens a query attends.")
+      .def(
+          "query_path",
+          [](const PrefixTree& t, IntParam q) { return query_path(t, int_arg("query", q)); },
+          nb::arg("query").none(), nb::sig("def query_path(self, query: int) -> list[int]"),
+          "Node indices of a query's path, root first.")
+      .def(
+          "query_context",
+          [](const PrefixTree& t, IntParam q) { return query_context(t, int_arg("query", q)); },
+          nb::arg("query").none(), nb::sig("def query_context(self, query: int) -> int"),
+          "KV tokens a query attends.")
       .def("unique_tokens", &unique_tokens, "Tokens over live nodes some query uses.")
-      .def("append_tokens", &PrefixTree::append_tokens, nb::arg("query"), nb::arg("k") = 1,
-           nb::arg("new_pages") = std::vector<int32_t>{},
-           "Appends k tokens to a query (its leaf grows, or it forks into a new child). New "
-           "pages come from new_pages, else from free_pages.")
-      .def("add_query", &PrefixTree::add_query, nb::arg("node"),
-           "Adds a query on node index `node`; returns its query index.")
-      .def("remove_query", &PrefixTree::remove_query, nb::arg("query"),
-           "Removes a query (later ones shift down) and prunes unused nodes.")
-      .def("fork_query", &PrefixTree::fork_query, nb::arg("query"), nb::arg("n"),
-           "Forks a query into n on the same node; returns the first new query index.")
+      .def(
+          "append_tokens",
+          [](PrefixTree& t, IntParam q, IntParam k, const std::vector<int32_t>& new_pages) {
+            const int32_t query = int_arg("query", q);
+            t.append_tokens(query, int_arg("k", k), new_pages);
+          },
+          nb::arg("query").none(), nb::arg("k").none() = 1,
+          nb::arg("new_pages") = std::vector<int32_t>{},
+          nb::sig("def append_tokens(self, query: int, k: int = 1, new_pages: "
+                  "collections.abc.Sequence[int] = []) -> None"),
+          "Appends k tokens to a query (its leaf grows, or it forks into a new child). New "
+          "pages come from new_pages, else from free_pages.")
+      .def(
+          "add_query",
+          [](PrefixTree& t, IntParam node) { return t.add_query(int_arg("node", node)); },
+          nb::arg("node").none(), nb::sig("def add_query(self, node: int) -> int"),
+          "Adds a query on node index `node`; returns its query index.")
+      .def(
+          "remove_query", [](PrefixTree& t, IntParam q) { t.remove_query(int_arg("query", q)); },
+          nb::arg("query").none(), nb::sig("def remove_query(self, query: int) -> None"),
+          "Removes a query (later ones shift down) and prunes unused nodes.")
+      .def(
+          "fork_query",
+          [](PrefixTree& t, IntParam q, IntParam n) {
+            const int32_t query = int_arg("query", q);
+            return t.fork_query(query, int_arg("n", n));
+          },
+          nb::arg("query").none(), nb::arg("n").none(),
+          nb::sig("def fork_query(self, query: int, n: int) -> int"),
+          "Forks a query into n on the same node; returns the first new query index.")
       .def("__repr__", [](const PrefixTree& t) {
         return "PrefixTree(queries=" + std::to_string(t.num_queries()) +
                ", nodes=" + std::to_string(t.nodes.size()) +

@@ -33,7 +33,7 @@ reuse=plan)``) to refresh the metadata of a captured plan. ``treeattn.torch_ops`
 ``torch.ops.treeattn.decode`` for ``torch.compile``.
 """
 
-from ._treeattn import DeviceInfo, PrefixTree, planners, workload_sets, workloads
+from ._treeattn import DeviceInfo, PrefixTree, check_int, planners, workload_sets, workloads
 from ._treeattn import with_cuda as _with_cuda
 from ._api import Plan, decode, plan, reference
 
@@ -47,6 +47,7 @@ __all__ = [
     "Plan",
     "PrefixTree",
     "built_with_cuda",
+    "check_int",
     "decode",
     "plan",
     "planners",

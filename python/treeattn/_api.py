@@ -19,71 +19,6 @@ _handles = itertools.count(1)
 _PLANS: "weakref.WeakValueDictionary[int, Plan]" = weakref.WeakValueDictionary()
 
 
-_I32 = (-(2**31), 2**31 - 1)
-_U64 = (0, 2**64 - 1)
-
-
-def _int_arg(name: str, value: Any, lo: int = _I32[0], hi: int = _I32[1]) -> int:
-    """An int argument checked before it reaches the extension (which takes C integers and would
-    otherwise answer with a generic 'incompatible function arguments')."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    value = int(value)
-    if not lo <= value <= hi:
-        raise ValueError(f"{name}: {value} is out of range [{lo}, {hi}]")
-    return value
-
-
-def _guard_ints(cls: Any, method: str, names: Sequence[Optional[str]], static: bool = False,
-                ranges: Optional[dict] = None) -> None:
-    """Wraps cls.method so that its int parameters (`names`, in positional order; None skips a
-    parameter) are checked by _int_arg first, positional or keyword."""
-    orig = getattr(cls, method)
-    ranges = ranges or {}
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        pos = args if static else args[1:]
-        for name, value in zip(names, pos):
-            if name is not None:
-                _int_arg(name, value, *ranges.get(name, _I32))
-        for name in names:
-            if name is not None and name in kwargs:
-                _int_arg(name, kwargs[name], *ranges.get(name, _I32))
-        return orig(*args, **kwargs)
-
-    wrapper.__name__ = method
-    wrapper.__doc__ = getattr(orig, "__doc__", None)
-    setattr(cls, method, staticmethod(wrapper) if static else wrapper)
-
-
-for _m, _names in (("append_tokens", ("query", "k")), ("add_query", ("node",)),
-                   ("remove_query", ("query",)), ("fork_query", ("query", "n")),
-                   ("node", ("index",)), ("query_path", ("query",)),
-                   ("query_context", ("query",))):
-    _guard_ints(PrefixTree, _m, _names)
-_guard_ints(PrefixTree, "from_block_tables", (None, None, "page_size", "num_pages"), static=True)
-_guard_ints(PrefixTree, "random", ("seed", "max_nodes", "max_queries", "max_tokens_per_node",
-                                   "max_roots", "page_size"), static=True, ranges={"seed": _U64})
-_guard_ints(PrefixTree, "from_levels", (None, None, "seed"), static=True, ranges={"seed": _U64})
-_guard_ints(PrefixTree, "from_workload", (None, None, "seed"), static=True, ranges={"seed": _U64})
-_orig_from_json_str = PrefixTree.from_json_str
-
-
-def _from_json_str(text: Any) -> PrefixTree:
-    if isinstance(text, (bytes, bytearray)):
-        try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"text: not UTF-8 ({e})") from None
-    if not isinstance(text, str):
-        raise TypeError(f"text: expected str or bytes, got {type(text).__name__}")
-    return _orig_from_json_str(text)
-
-
-_from_json_str.__doc__ = _orig_from_json_str.__doc__
-PrefixTree.from_json_str = staticmethod(_from_json_str)
-
-
 def scale_arg(sm_scale: Any) -> Optional[float]:
     """sm_scale as the extension takes it: None (1/sqrt(head_dim)) or a float; the extension
     checks that a given value is finite and > 0."""
@@ -217,9 +152,9 @@ def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
     if not isinstance(tree, PrefixTree):
         raise TypeError(f"tree: expected a treeattn.PrefixTree, got {type(tree).__name__}")
     shape = tree.shape
-    qo = _int_arg("num_qo_heads", num_qo_heads if num_qo_heads is not None else (shape[0] or 32))
-    kv = _int_arg("num_kv_heads", num_kv_heads if num_kv_heads is not None else (shape[1] or 8))
-    dim = _int_arg("head_dim", head_dim if head_dim is not None else (shape[2] or 128))
+    qo = num_qo_heads if num_qo_heads is not None else (shape[0] or 32)
+    kv = num_kv_heads if num_kv_heads is not None else (shape[1] or 8)
+    dim = head_dim if head_dim is not None else (shape[2] or 128)
     if not isinstance(headroom, (int, float, np.floating)) or isinstance(headroom, bool):
         raise TypeError(f"headroom: expected a float, got {type(headroom).__name__}")
     if not isinstance(planner, str):

@@ -11,6 +11,11 @@ from typing import overload
 from numpy.typing import NDArray
 
 
+def check_int(name: str, value: object, lo: int = -2147483648, hi: int = 2147483647) -> int:
+    """
+    `value` as an int, checked the way every int argument of treeattn is: a Python int or numpy integer (not a bool) within [lo, hi]. Raises TypeError "name: expected an int, got float" or ValueError "name: 5 is out of range [0, 3]".
+    """
+
 class PrefixTree:
     """
     A forest of nodes over paged KV plus the decode queries attached to them. Query q attends every token on the path root -> its node; it is row q of decode()'s q tensor. Build it with a from_* method.
@@ -35,8 +40,8 @@ class PrefixTree:
         """Reads the stable JSON tree format from a file."""
 
     @staticmethod
-    def from_json_str(text: str) -> PrefixTree:
-        """Parses the stable JSON tree format from a string."""
+    def from_json_str(text: str | bytes) -> PrefixTree:
+        """Parses the stable JSON tree format from a string (or UTF-8 bytes)."""
 
     @staticmethod
     def from_levels(levels: str, layout: str = 'contiguous', seed: int = 0) -> PrefixTree:
@@ -154,7 +159,7 @@ class PrefixTree:
 
 class DeviceInfo:
     """
-    What the planners' cost model knows about a GPU (plain values; every field of the C++ DeviceInfo, include/treeattn/plan/device_info.h).
+    What the planners' cost model knows about a GPU (plain values; every field of the C++ DeviceInfo, include/treeattn/plan/cost/device_info.h).
     """
 
     def __init__(self) -> None: ...

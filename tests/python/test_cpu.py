@@ -189,7 +189,7 @@ DEVICE_FIELDS = [
 
 def test_device_info_binds_every_field():
     header = open(os.path.join(os.path.dirname(__file__), "..", "..", "include", "treeattn",
-                               "plan", "device_info.h")).read()
+                               "plan", "cost", "device_info.h")).read()
     body = header[header.index("struct DeviceInfo {"):header.index("};", header.index(
         "struct DeviceInfo {"))]
     declared = re.findall(r"^\s+(?:std::string|int32_t|double|bool)\s+(\w+)\s*=", body, re.M)

@@ -234,6 +234,16 @@ def test_hf_transformers_logits(tmp_path, preset):
 # ---- workloads, teacher forced
 
 
+@pytest.mark.parametrize("scale", sorted(workloads.PRESETS))
+def test_workload_presets_are_valid_sizes(scale):
+    """Every scale's sizes are what the workloads take ('gpu-test', which tests/python/
+    test_engine_gpu.py runs, is checked here too, on any machine)."""
+    table = workloads.PRESETS[scale]
+    assert list(table) == workloads.WORKLOADS
+    for wl, sizes in table.items():
+        assert workloads.check_params(wl, sizes) == sizes
+
+
 @pytest.mark.parametrize("wl,backend", [(w, "treeattn") for w in workloads.WORKLOADS] +
                          [(w, "treeattn-query") for w in ("W1", "W3", "W6")])
 def test_workload_teacher_forced_kl(tiny, wl, backend):

@@ -21,16 +21,7 @@ pytestmark = [
     pytest.mark.skipif(not treeattn.built_with_cuda, reason="treeattn built without CUDA"),
 ]
 KL_MAX = 1e-3
-# a bit larger than the CPU sizes: several pages per request, real sharing
-SIZES = {
-    "W0": dict(n=6, prompt=100, new=12),
-    "W1": dict(n=16, prompt=300, new=20),
-    "W2": dict(n=8, system=200, suffix=9, new=10),
-    "W3": dict(prompt=150, branch=3, every=4, keep=3, new=14),
-    "W4": dict(prompt=120, width=6, new=10),
-    "W5": dict(requests=12, systems=2, system=130, suffix=7, rate=0.8, new=8),
-    "W6": dict(requests=3, prompt=90, branches=3, depth=5, new=16),
-}
+SIZES = workloads.PRESETS["gpu-test"]
 
 
 @pytest.fixture(scope="module")

@@ -160,6 +160,65 @@ def test_from_json_str_bytes():
         treeattn.PrefixTree.from_json_str(3)
 
 
+def test_bindings_check_their_own_int_and_text_arguments():
+    """The extension's methods are its own (nanobind functions, no Python wrapper set over them
+    at import) and check their int and text arguments themselves: None, bools, floats and
+    strings get a TypeError naming the parameter, numpy integers are taken, out-of-range values
+    and bytes that are not UTF-8 a ValueError naming it."""
+    PT = treeattn.PrefixTree
+    for name in ("append_tokens", "add_query", "remove_query", "fork_query", "node",
+                 "query_path", "query_context", "from_block_tables", "random", "from_levels",
+                 "from_workload", "from_json_str"):
+        assert type(getattr(PT, name)).__module__ == "nanobind", name
+    t = PT.from_levels("N=1,4 C=64,16")
+    with pytest.raises(TypeError, match="^index: expected an int, got NoneType"):
+        t.node(None)
+    with pytest.raises(TypeError, match="^node: expected an int, got bool"):
+        t.add_query(True)
+    with pytest.raises(TypeError, match="^n: expected an int, got float"):
+        t.fork_query(0, 1.0)
+    with pytest.raises(TypeError, match="^k: expected an int, got str"):
+        t.append_tokens(0, k="1")
+    with pytest.raises(ValueError, match=r"^num_pages: 2147483648 is out of range "
+                                         r"\[-2147483648, 2147483647\]"):
+        t.num_pages = 2**31
+    with pytest.raises(ValueError, match=r"^seed: 18446744073709551616 is out of range "
+                                         r"\[0, 18446744073709551615\]"):
+        PT.random(2**64)
+    with pytest.raises(TypeError, match="^num_qo_heads: expected an int, got str"):
+        treeattn.plan(t, "8", 2, 64)
+    assert t.query_path(np.int64(1)) == t.query_path(1)
+    t.num_pages = np.int64(t.num_pages + 1)
+    v = t.version
+    t.append_tokens(np.int32(1), np.uint8(2), new_pages=[t.num_pages - 1])
+    assert t.version == v + 1 and t.query_context(1) == 64 + 16 + 2
+    assert PT.random(np.uint64(2**64 - 1), max_nodes=np.int16(8)).num_nodes <= 8
+    assert treeattn.plan(t, np.int64(8), 2, 64).num_qo_heads == 8
+    text = t.to_json()
+    assert PT.from_json_str(bytearray(text.encode())).to_json() == text
+    with pytest.raises(ValueError, match="^text: not UTF-8"):
+        PT.from_json_str(b"\xff{}")
+    with pytest.raises(TypeError, match="^text: expected str or bytes, got NoneType"):
+        PT.from_json_str(None)
+
+
+def test_check_int_is_the_bindings_int_check():
+    """treeattn.check_int, public for code built on treeattn, gives the bindings' messages."""
+    assert treeattn.check_int("x", np.int16(3), 0, 5) == 3
+    assert type(treeattn.check_int("x", np.int16(3), 0, 5)) is int
+    assert treeattn.check_int("x", 2**70, 0, 2**80) == 2**70
+    with pytest.raises(ValueError, match=r"^x: 6 is out of range \[0, 5\]$"):
+        treeattn.check_int("x", 6, 0, 5)
+    with pytest.raises(ValueError, match=r"^x: 2147483648 is out of range"):
+        treeattn.check_int("x", 2**31)
+    for bad, kind in ((True, "bool"), (np.bool_(True), "bool"), ("3", "str"), (3.0, "float"),
+                      (None, "NoneType")):
+        with pytest.raises(TypeError, match=f"^x: expected an int, got {kind}$"):
+            treeattn.check_int("x", bad)
+    with pytest.raises(TypeError, match="^lo: expected an int"):
+        treeattn.check_int("x", 3, lo=0.5)
+
+
 def test_read_only_and_broadcast_arrays(rng):
     t = treeattn.PrefixTree.from_levels("N=1,4 C=64,16")
     p = treeattn.plan(t, 8, 2, 64)

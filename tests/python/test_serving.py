@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import treeattn
 from conftest import numpy_oracle
 from treeattn.engine.kv import KVCache
 from treeattn.serving import ServingCore, TreeSync, split_packed_kv
@@ -161,6 +162,36 @@ def test_core_prefetch_used_and_exact():
     core.prepare(bt, np.array([11, 10, 10, 0]))  # not the prediction: planned normally
     assert core.counts["planned_ahead"] == 1
     assert core.sync.last_path == "incremental"
+
+
+def test_graph_key_plan_follows_the_synced_tree(monkeypatch):
+    """prepare()'s CUDA path (one persistent plan per graph key, allocated once, then updated in
+    place) run on the CPU with the device upload stubbed out: the key's plan is tied to the synced
+    tree, so decode refuses it once that tree changes, and it decodes like the oracle after every
+    prepare (the plan of a new key, too, is made from the synced tree, not from a copy)."""
+    monkeypatch.setattr(treeattn.Plan, "to_device", lambda self, device=None, stream=None: self)
+    rng = np.random.default_rng(11)
+    H, Hk, D = 4, 2, 64
+    core = ServingCore(H, Hk, D, P, num_pages=16, device="cuda")
+    k, v, (kc, vc) = _caches(rng, 16, H, Hk, D, "split")
+    bt = np.array([[1, 2, 3], [1, 2, 4]])
+    plans = []
+    for lens in ([6, 5], [7, 6], [9, 7]):
+        lens = np.array(lens)
+        fresh = not core.prepare(bt, lens, key=2)
+        assert fresh == (not plans)  # allocated on the first step, updated in place after
+        plans.append(core.plan)
+        q = torch.from_numpy(rng.uniform(-1, 1, (2, H, D)).astype(np.float32))
+        ref, _ = numpy_oracle(q.numpy(), k.numpy(), v.numpy(), bt, lens)
+        np.testing.assert_allclose(core.decode(q, kc, vc).numpy(), ref, atol=2e-5)
+    assert all(p is plans[0] for p in plans)
+    for steps in (1, 2):  # the key's plan as allocated, and as updated in place
+        core = ServingCore(H, Hk, D, P, num_pages=16, device="cuda")
+        for lens in ([6, 5], [7, 6])[:steps]:
+            core.prepare(bt, np.array(lens), key=2)
+        core.sync.tree.append_tokens(0, 1)
+        with pytest.raises(ValueError, match="plan: stale"):
+            core.decode(q, kc, vc)
 
 
 def test_errors_name_the_argument():

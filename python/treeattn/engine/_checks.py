@@ -1,7 +1,8 @@
 """Argument checks of the engine's public entry points: each raises TypeError (wrong kind of
 value) or ValueError (right kind, bad value) whose message starts with the argument's name, and
 returns the value normalised (Python ints, a list of token ids, a torch dtype or device). Integers
-go through treeattn's own ``_int_arg`` (bools refused, numpy integers accepted)."""
+go through ``treeattn.check_int``, the check of treeattn's own int arguments (bools refused, numpy
+integers accepted)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, List, Optional
 import numpy as np
 import torch
 
-from .._api import _int_arg
+from treeattn import check_int
 
 #: Upper bound of a KV cache's page count (page ids are int32 in treeattn's trees; the engine's
 #: per-page bookkeeping is a Python list, so the bound also keeps it within reason).
@@ -24,7 +25,7 @@ _U64 = 2**64 - 1
 
 def int_arg(name: str, value: Any, lo: int = 0, hi: int = _U64) -> int:
     """An int (not a bool) in [lo, hi]."""
-    return _int_arg(name, value, lo, hi)
+    return check_int(name, value, lo, hi)
 
 
 def real_arg(name: str, value: Any, lo: float = 0.0, hi: float = math.inf,

@@ -473,7 +473,7 @@ def cmd_bench(args) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     from .backends import BACKENDS
-    from .workloads import WORKLOADS
+    from .workloads import PRESETS, WORKLOADS
 
     ap = argparse.ArgumentParser(prog="treeattn-engine",
                                  description="treeattn decode engine (see treeattn.engine)")
@@ -490,7 +490,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--layers", type=_int_flag(1, 1024), help="override the preset's layer count")
     b.add_argument("--dtype", choices=["bf16", "fp16", "fp32"])
     b.add_argument("--device", type=_device_flag)
-    b.add_argument("--scale", choices=["gpu", "cpu"], help="workload sizes (default by device)")
+    b.add_argument("--scale", choices=list(PRESETS), help="workload sizes (default by device)")
     b.add_argument("--set", action="append", type=_set_flag,
                    help="override a size, e.g. W1.n=32 (repeatable)")
     b.add_argument("--page-size", type=_int_flag(1, 256), default=16)

@@ -26,7 +26,8 @@ from ._checks import callable_arg, int_arg, real_arg
 from .engine import Engine, Request, Scheduler
 
 # Sizes per scale: 'gpu' follows the issue (W1: n=64, 4k prompt, 256 new tokens); 'cpu' is
-# for the tiny model in tests.
+# for the tiny model in tests; 'gpu-test' for the GPU tests (tests/python/test_engine_gpu.py): a
+# bit larger than 'cpu', several pages per request and real sharing, yet short.
 PRESETS: Dict[str, Dict[str, dict]] = {
     "gpu": {
         "W0": dict(n=32, prompt=1024, new=128),
@@ -45,6 +46,15 @@ PRESETS: Dict[str, Dict[str, dict]] = {
         "W4": dict(prompt=25, width=3, new=5),
         "W5": dict(requests=6, systems=2, system=33, suffix=4, rate=0.7, new=5),
         "W6": dict(requests=2, prompt=29, branches=2, depth=3, new=8),
+    },
+    "gpu-test": {
+        "W0": dict(n=6, prompt=100, new=12),
+        "W1": dict(n=16, prompt=300, new=20),
+        "W2": dict(n=8, system=200, suffix=9, new=10),
+        "W3": dict(prompt=150, branch=3, every=4, keep=3, new=14),
+        "W4": dict(prompt=120, width=6, new=10),
+        "W5": dict(requests=12, systems=2, system=130, suffix=7, rate=0.8, new=8),
+        "W6": dict(requests=3, prompt=90, branches=3, depth=5, new=16),
     },
 }
 WORKLOADS = ["W0", "W1", "W2", "W3", "W4", "W5", "W6"]

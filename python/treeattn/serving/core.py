@@ -23,7 +23,9 @@ from typing import Any, Dict, Hashable, Optional, Tuple
 
 import numpy as np
 
-from .. import _api
+import treeattn
+from treeattn import Plan, PrefixTree, check_int
+
 from .tree_sync import TreeSync
 
 __all__ = ["ServingCore", "split_packed_kv"]
@@ -57,26 +59,24 @@ class ServingCore:
                  pad_page: int = 0, verify: bool = False) -> None:
         for name, v in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
                         ("head_dim", head_dim)):
-            _api._int_arg(name, v, 1)
+            check_int(name, v, 1)
         if num_qo_heads % num_kv_heads:
             raise ValueError(f"num_qo_heads: {num_qo_heads} is not a multiple of num_kv_heads "
                              f"{num_kv_heads}")
-        if planner not in _api._ext.planners():
-            raise ValueError(f"planner: unknown {planner!r}, expected one of "
-                             f"{_api._ext.planners()}")
-        _api._ext.DeviceInfo.preset(preset)  # raises ValueError naming 'preset' / the name
-        _api._dtype_bytes(kv_dtype)
         if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or headroom < 1:
             raise ValueError(f"headroom: expected a number >= 1, got {headroom!r}")
         self.shape = (int(num_qo_heads), int(num_kv_heads), int(head_dim))
         self.planner, self.preset, self.kv_dtype = planner, preset, kv_dtype
+        # planner, preset and kv_dtype are checked now by planning a one-token tree with them
+        # (treeattn.plan's checks and messages), not at the first step
+        self._plan(PrefixTree.from_levels("N=1 C=1"))
         self.headroom = float(headroom)
         self.device = _device_of(device)
         self.sync = TreeSync(page_size, num_pages, pad_page=pad_page, verify=verify)
         #: device plan per graph key (CUDA), refreshed in place by prepare()
-        self.plans: Dict[Optional[Hashable], _api.Plan] = {}
+        self.plans: Dict[Optional[Hashable], Plan] = {}
         #: the plan decode() runs (set by prepare())
-        self.plan: Optional[_api.Plan] = None
+        self.plan: Optional[Plan] = None
         self._ahead = None  # (bt, lens, TreeSync state, plan) of the predicted next step
         self.counts = {"planned_ahead": 0}
 
@@ -84,10 +84,10 @@ class ServingCore:
     def tree(self):
         return self.sync.tree
 
-    def _plan(self, tree, headroom: float = 1.0) -> _api.Plan:
+    def _plan(self, tree, headroom: float = 1.0) -> Plan:
         H, Hk, D = self.shape
-        return _api.plan(tree, H, Hk, D, planner=self.planner, device=self.preset,
-                         dtype=self.kv_dtype, headroom=headroom)
+        return treeattn.plan(tree, H, Hk, D, planner=self.planner, device=self.preset,
+                             dtype=self.kv_dtype, headroom=headroom)
 
     def prepare(self, block_tables: Any, seq_lens: Any, key: Optional[Hashable] = None) -> bool:
         """Host work of one step: tree update, plan, device metadata refresh.
@@ -107,8 +107,7 @@ class ServingCore:
         if old is not None and old.fits(new):
             self.plan = old.update(new)
             return True
-        p = self._plan(new.tree, self.headroom)
-        p._tree_ref = new._tree_ref  # same tree version as `new`
+        p = self._plan(self.sync.tree, self.headroom)  # the tree `new` was planned from
         p.to_device(self.device)
         self.plans[key] = self.plan = p
         return old is None and key is None
@@ -141,7 +140,7 @@ class ServingCore:
             s.tree, s._bt, s._lens, s._pad, s.counts, s.last_path = state
         return True
 
-    def _take_ahead(self, block_tables: Any, seq_lens: Any) -> Optional[_api.Plan]:
+    def _take_ahead(self, block_tables: Any, seq_lens: Any) -> Optional[Plan]:
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return None
@@ -162,7 +161,7 @@ class ServingCore:
         caller's persistent buffer when given). Same layouts and errors as treeattn.decode."""
         if self.plan is None:
             raise ValueError("plan: no step prepared yet: call prepare() first")
-        return _api.decode(q, k_cache, v_cache, self.plan, out=out, sm_scale=sm_scale)
+        return treeattn.decode(q, k_cache, v_cache, self.plan, out=out, sm_scale=sm_scale)
 
 
 def _device_of(device: Any):

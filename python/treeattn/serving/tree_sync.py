@@ -34,7 +34,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .. import PrefixTree
+from treeattn import PrefixTree, check_int
 
 __all__ = ["TreeSync"]
 
@@ -74,19 +74,9 @@ class TreeSync:
 
     def __init__(self, page_size: int, num_pages: int = 0, *, pad_page: int = 0,
                  verify: bool = False) -> None:
-        for name, v in (("page_size", page_size), ("num_pages", num_pages),
-                        ("pad_page", pad_page)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
-        if not 1 <= page_size <= 4096:
-            raise ValueError(f"page_size: expected 1..4096, got {page_size}")
-        if not 0 <= num_pages <= _INT32_MAX:
-            raise ValueError(f"num_pages: expected 0..2^31-1, got {num_pages}")
-        self.page_size = int(page_size)
-        self.num_pages = int(num_pages) if num_pages else _INT32_MAX
-        if not 0 <= pad_page < self.num_pages:
-            raise ValueError(f"pad_page: {pad_page} is out of range [0, {self.num_pages})")
-        self.pad_page = int(pad_page)
+        self.page_size = check_int("page_size", page_size, 1, 4096)
+        self.num_pages = check_int("num_pages", num_pages, 0, _INT32_MAX) or _INT32_MAX
+        self.pad_page = check_int("pad_page", pad_page, 0, self.num_pages - 1)
         self.verify = bool(verify)
         self.tree: Optional[PrefixTree] = None
         self._bt: Optional[np.ndarray] = None  # previous step: [rows, max pages needed]

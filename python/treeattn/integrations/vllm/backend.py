@@ -42,8 +42,9 @@ from vllm.v1.attention.backend import (
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
-from ... import _api
-from ...serving import ServingCore, split_packed_kv
+import treeattn
+from treeattn.serving import ServingCore, split_packed_kv
+
 from . import load_config
 
 __all__ = ["TreeAttnBackend", "TreeAttnImpl", "TreeAttnMetadata", "TreeAttnMetadataBuilder"]
@@ -117,7 +118,7 @@ class TreeAttnMetadata:
     num_prefill_tokens: int
     slot_mapping: torch.Tensor
     #: treeattn plan of the decode rows (None without decodes)
-    plan: Optional[_api.Plan] = None
+    plan: Optional[treeattn.Plan] = None
     #: the prefill requests' slice of the common metadata (None without prefills)
     prefill: Optional[CommonAttentionMetadata] = None
     #: FlashAttention metadata of that slice (CUDA only)
@@ -278,8 +279,8 @@ class TreeAttnImpl(AttentionImpl[TreeAttnMetadata]):
         k_cache, v_cache = split_packed_kv(kv_cache, self.head_size)
         nd = md.num_decode_tokens
         if nd:
-            _api.decode(query[:nd], k_cache, v_cache, md.plan, out=output[:nd],
-                        sm_scale=self.scale)
+            treeattn.decode(query[:nd], k_cache, v_cache, md.plan, out=output[:nd],
+                            sm_scale=self.scale)
         if md.num_prefills:
             q = query[nd:md.num_actual_tokens]
             out = output[nd:md.num_actual_tokens]
