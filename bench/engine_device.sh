@@ -21,7 +21,8 @@
 # same; absolute tokens/s double and host planning's share is overstated).
 # Env knobs [defaults]: LAYERS [32: the full Llama-3-8B], DTYPE [bf16], WORKLOADS [W1,W0,...,W6],
 #   BACKENDS [treeattn,treeattn-query,flashinfer,none,sdpa], SDPA_STEPS [16],
-#   TOTAL_BUDGET_S [340], SKIP_TESTS [0], PIP_EXTRA [],
+#   TOTAL_BUDGET_S [340], SKIP_TESTS [0], PIP_EXTRA [], TEST_TIMEOUT [170],
+#   PYTEST_FILES [tests/python/test_engine_gpu.py: the GPU tests run before the bench],
 #   W1_SWEEP [0; 1 appends the other W1 sizes: n=16/32, prompt 1k/8k, run if time is left].
 set -uo pipefail
 OUT=${OUT:-/tmp/engine_out}
@@ -112,7 +113,7 @@ fi
 # the other CPU tests run in CI)
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   t0=$SECONDS
-  timeout 170 "$PY" -m pytest tests/python/test_engine_gpu.py \
+  timeout ${TEST_TIMEOUT:-170} "$PY" -m pytest ${PYTEST_FILES:-tests/python/test_engine_gpu.py} \
     tests/python/test_engine.py::test_hf_transformers_logits -q -rs \
     -p no:cacheprovider >"$OUT/pytest_engine.log" 2>&1
   rc=$?
