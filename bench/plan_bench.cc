@@ -30,12 +30,8 @@ const std::vector<std::string>& bench_workloads() {
 }
 
 PlanOptions options(const treeattn::LevelSpec& spec, const std::string& planner) {
-  PlanOptions o;
-  o.planner = planner;
-  o.num_qo_heads = spec.shape.num_qo_heads;
-  o.num_kv_heads = spec.shape.num_kv_heads;
-  o.head_dim = spec.shape.head_dim > 0 ? spec.shape.head_dim : 128;
-  return o;
+  return treeattn::make_plan_options(planner, spec.shape.num_qo_heads, spec.shape.num_kv_heads,
+                                     spec.shape.head_dim > 0 ? spec.shape.head_dim : 128);
 }
 
 void BM_FullPlan(benchmark::State& state, std::string planner, std::string line) {

@@ -315,14 +315,8 @@ void decode_cpu(const PlanState& st, const AnyArray& q, const AnyArray& k, const
   const PlanShape& s = plan.shape;
   std::vector<float> ho(static_cast<size_t>(s.num_queries) * s.num_qo_heads * s.head_dim);
   std::vector<float> hl(lse ? static_cast<size_t>(s.num_queries) * s.num_qo_heads : 0);
-  HostAttentionInputs in;
-  in.num_qo_heads = s.num_qo_heads;
-  in.num_kv_heads = s.num_kv_heads;
-  in.head_dim = s.head_dim;
-  in.sm_scale = sm_scale;
-  in.q = hq.data();
-  in.k = kv.k.data();
-  in.v = kv.v.data();
+  const HostAttentionInputs in = host_inputs(hq.data(), kv.k.data(), kv.v.data(), s.num_qo_heads,
+                                             s.num_kv_heads, s.head_dim, sm_scale);
   {
     nb::gil_scoped_release release;
     execute_plan_cpu(plan, in, ho.data(), lse ? hl.data() : nullptr);
@@ -476,14 +470,9 @@ void reference(const PrefixTree& caller_tree, const AnyArray& q, const AnyArray&
   std::vector<float> hq = gather_f32(view_of(q, {0, 1, 2}));
   const HostKv kv = gather_kv(k, combined ? nullptr : &*v, pages);
   std::vector<double> ho(out.size()), hl(lse.size());
-  HostAttentionInputs in;
-  in.num_qo_heads = static_cast<int32_t>(e.num_qo_heads);
-  in.num_kv_heads = static_cast<int32_t>(e.num_kv_heads);
-  in.head_dim = static_cast<int32_t>(e.head_dim);
-  in.sm_scale = scale;
-  in.q = hq.data();
-  in.k = kv.k.data();
-  in.v = kv.v.data();
+  const HostAttentionInputs in =
+      host_inputs(hq.data(), kv.k.data(), kv.v.data(), static_cast<int32_t>(e.num_qo_heads),
+                  static_cast<int32_t>(e.num_kv_heads), static_cast<int32_t>(e.head_dim), scale);
   {
     nb::gil_scoped_release release;
     reference_attention(tree, in, queries, ho.data(), hl.data());

@@ -87,13 +87,8 @@ std::shared_ptr<const PlanState> plan_copy(const PrefixTree& t, const std::strin
                                            const DeviceInfo& device) {
   TA_CHECK_ARG(dtype_bytes == 2 || dtype_bytes == 4, "dtype_bytes", "expected 2 or 4, got ",
                dtype_bytes);
-  PlanOptions o;
-  o.planner = planner;
-  o.num_qo_heads = num_qo_heads;
-  o.num_kv_heads = num_kv_heads;
-  o.head_dim = head_dim;
-  o.dtype_bytes = dtype_bytes;
-  o.device = device;
+  const PlanOptions o =
+      make_plan_options(planner, num_qo_heads, num_kv_heads, head_dim, device, dtype_bytes);
   PrefixTree copy = t;
   nb::gil_scoped_release release;
   return make_plan_state(std::move(copy), o);

@@ -176,6 +176,24 @@ grep -q '^auto  *auto ' "$TMP/out" || { echo "FAIL: auto's own plan not 'auto'";
 grep -q 'cost-model preset h200' "$TMP/out" && grep -q "^est us: the cost model's estimated" "$TMP/out" ||
   { echo "FAIL: plan output does not explain the preset and est us"; cat "$TMP/out"; failures=$((failures + 1)); }
 
+# JSON strings escape control characters (json_escape, cli_util.h): a tree file whose name holds
+# one, through plan --json and, where a GPU is present, bench --json.
+json_ok() {  # json_ok <file> <description>: the file parses as JSON and shows the name escaped
+  if ! grep -q 'ctl\\u0001tree' "$1" ||
+     { command -v python3 > /dev/null &&
+       ! python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$1" 2> "$TMP/err"; }; then
+    echo "FAIL: $2: invalid JSON"; cat "$1" "$TMP/err"; failures=$((failures + 1))
+  fi
+}
+CTL="$TMP/ctl$(printf '\001')tree.json"
+cp "$TMP/tree.json" "$CTL"
+ok "plan --json, control character" "$CLI" plan --tree "$CTL" --planner node --json "$TMP/ctl_plan.json"
+json_ok "$TMP/ctl_plan.json" "plan --json, control character"
+if "$CLI" bench --help > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
+  ok "bench --json, control character" "$CLI" bench --tree "$CTL" --planner query --json "$TMP/ctl_bench.json"
+  json_ok "$TMP/ctl_bench.json" "bench --json, control character"
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "cli_smoke: $failures failure(s)"
   exit 1

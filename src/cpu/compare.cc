@@ -1,4 +1,5 @@
-// compare_to_oracle() and its tolerance rule (include/treeattn/cpu/compare.h).
+// compare_to_oracle() and its tolerance rule, the query sample and the comparison of a GPU run
+// with an oracle sample (include/treeattn/cpu/compare.h).
 #include "treeattn/cpu/compare.h"
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <cstdio>
 
 #include "treeattn/common/error.h"
+#include "treeattn/common/half.h"
 
 namespace treeattn {
 namespace {
@@ -92,6 +94,47 @@ OracleComparison compare_to_oracle(const double* ref_out, const double* ref_lse,
     }
   }
   return finish(to, tl, dtype, c);
+}
+
+std::vector<int32_t> sample_queries(int32_t num_queries, int32_t k) {
+  TA_CHECK_ARG(k >= 1, "k", "must be >= 1, got ", k);
+  std::vector<int32_t> s;
+  if (num_queries <= k) {
+    for (int32_t q = 0; q < num_queries; ++q) s.push_back(q);
+    return s;
+  }
+  if (k == 1) return {0};
+  for (int32_t i = 0; i < k; ++i)
+    s.push_back(static_cast<int32_t>(static_cast<int64_t>(i) * (num_queries - 1) / (k - 1)));
+  s.erase(std::unique(s.begin(), s.end()), s.end());
+  return s;
+}
+
+OracleComparison compare_to_sample(const OracleSample& ref, const std::vector<uint16_t>& out,
+                                   const std::vector<float>* lse) {
+  const int64_t H = ref.num_qo_heads, HD = H * ref.head_dim;
+  const size_t n = ref.queries.size();
+  TA_CHECK_ARG(ref.out.size() == n * HD && ref.lse.size() == n * H, "ref",
+               "oracle sample arrays do not match its queries and shape");
+  std::vector<float> got(n * HD), got_lse(n * H);
+  std::vector<int32_t> rows(n);
+  for (size_t i = 0; i < n; ++i) {
+    rows[i] = static_cast<int32_t>(i);
+    const size_t q = static_cast<size_t>(ref.queries[i]);
+    TA_CHECK_ARG((q + 1) * HD <= out.size(), "out", "holds ", out.size(),
+                 " elements, sampled query ", q, " needs ", (q + 1) * HD);
+    for (int64_t e = 0; e < HD; ++e) {
+      const uint16_t b = out[q * HD + e];
+      got[i * HD + e] = ref.bf16 ? bf16_bits_to_float(b) : half_bits_to_float(b);
+    }
+    if (lse == nullptr) continue;
+    TA_CHECK_ARG((q + 1) * H <= lse->size(), "lse", "holds ", lse->size(),
+                 " elements, sampled query ", q, " needs ", (q + 1) * H);
+    for (int64_t h = 0; h < H; ++h) got_lse[i * H + h] = (*lse)[q * H + h];
+  }
+  return compare_to_oracle(ref.out.data(), ref.lse.data(), got.data(),
+                           lse != nullptr ? got_lse.data() : nullptr, H, ref.head_dim, rows,
+                           ref.bf16 ? OutputDtype::kBf16 : OutputDtype::kFp16);
 }
 
 }  // namespace treeattn

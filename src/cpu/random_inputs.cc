@@ -1,9 +1,11 @@
-// Random test inputs: q, k, v uniform in [-1, 1), q then scaled by kQueryScale (a power of two,
-// so exact) to make the softmax peaked enough that merge bugs show; every value rounded to fp16
-// or bf16 so the CPU and GPU paths see identical numbers. Deterministic per seed.
+// Random test inputs from the value stream of treeattn/common/random_values.h (every value rounded
+// to fp16 or bf16 so the CPU and GPU paths see identical numbers; deterministic per seed), their
+// HostAttentionInputs view, and the float64 oracle on a sample of queries whose inputs are
+// recomputed from the stream for the sampled paths only.
 #include "treeattn/cpu/random_inputs.h"
 
 #include <cstdint>
+#include <unordered_map>
 
 #include "treeattn/common/error.h"
 #include "treeattn/common/half.h"
@@ -11,55 +13,104 @@
 namespace treeattn {
 namespace {
 
-constexpr float kQueryScale = 4.0f;
-
-/// splitmix64: fast, good enough for test data, and identical on every platform.
-uint64_t next(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+float rounded(const RandomValueStream& s, InputTensor t, uint64_t i, bool bf16) {
+  const float x = s.value(t, i);
+  return bf16 ? round_to_bf16(x) : round_to_fp16(x);
 }
 
-void fill(std::vector<float>* v, size_t n, uint64_t* rng, float scale, bool bf16) {
+void fill(std::vector<float>* v, const RandomValueStream& s, InputTensor t, uint64_t n, bool bf16) {
   v->resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    // 24 random bits -> uniform in [-1, 1), exact in float.
-    const float u = static_cast<float>(next(rng) >> 40) * 0x1.0p-23f - 1.0f;
-    const float x = u * scale;
-    (*v)[i] = bf16 ? round_to_bf16(x) : round_to_fp16(x);
-  }
+  for (uint64_t i = 0; i < n; ++i) (*v)[i] = rounded(s, t, i, bf16);
 }
 
 }  // namespace
 
 RandomInputs random_inputs(const PrefixTree& tree, int32_t num_qo_heads, int32_t num_kv_heads,
                            int32_t head_dim, bool bf16, uint64_t seed) {
-  TA_CHECK_ARG(num_qo_heads >= 1, "num_qo_heads", "must be >= 1, got ", num_qo_heads);
-  TA_CHECK_ARG(num_kv_heads >= 1, "num_kv_heads", "must be >= 1, got ", num_kv_heads);
-  TA_CHECK_ARG(head_dim >= 1, "head_dim", "must be >= 1, got ", head_dim);
   TA_CHECK_ARG(tree.num_pages >= 0, "tree.num_pages", "must be >= 0, got ", tree.num_pages);
   check_page_size(tree.page_size, "tree.page_size");
-  uint64_t rng = seed * 0xD1B54A32D192ED03ull + 0x5DEECE66Dull;
+  const RandomValueStream s =
+      random_value_stream(RandomInputSpec{num_qo_heads, num_kv_heads, head_dim, bf16, seed},
+                          tree.num_queries(), tree.num_pages, tree.page_size);
   RandomInputs r;
-  const size_t kv = static_cast<size_t>(tree.num_pages) * tree.page_size * num_kv_heads * head_dim;
-  fill(&r.q, static_cast<size_t>(tree.num_queries()) * num_qo_heads * head_dim, &rng, kQueryScale,
-       bf16);
-  fill(&r.k, kv, &rng, 1.0f, bf16);
-  fill(&r.v, kv, &rng, 1.0f, bf16);
+  fill(&r.q, s, InputTensor::kQ, s.q_elems, bf16);
+  fill(&r.k, s, InputTensor::kK, s.kv_elems, bf16);
+  fill(&r.v, s, InputTensor::kV, s.kv_elems, bf16);
   return r;
 }
 
 HostAttentionInputs host_inputs(const RandomInputs& data, int32_t num_qo_heads,
                                 int32_t num_kv_heads, int32_t head_dim) {
-  HostAttentionInputs in;
-  in.num_qo_heads = num_qo_heads;
-  in.num_kv_heads = num_kv_heads;
-  in.head_dim = head_dim;
-  in.q = data.q.data();
-  in.k = data.k.data();
-  in.v = data.v.data();
-  return in;
+  return host_inputs(data.q.data(), data.k.data(), data.v.data(), num_qo_heads, num_kv_heads,
+                     head_dim);
+}
+
+OracleSample oracle_sample(const PrefixTree& tree, const RandomInputSpec& spec, int32_t k,
+                           double max_work) {
+  validate(tree);
+  const RandomValueStream s =
+      random_value_stream(spec, tree.num_queries(), tree.num_pages, tree.page_size);
+  const int64_t H = spec.num_qo_heads, D = spec.head_dim;
+  const int64_t page_elems = static_cast<int64_t>(tree.page_size) * spec.num_kv_heads * D;
+  OracleSample rs;
+  rs.num_qo_heads = spec.num_qo_heads;
+  rs.head_dim = spec.head_dim;
+  rs.bf16 = spec.bf16;
+  double work = 0;
+  for (const int32_t q : sample_queries(tree.num_queries(), k)) {
+    const double w = static_cast<double>(query_context(tree, q)) * H * D * 2;
+    if (!rs.queries.empty() && work + w > max_work) break;
+    rs.queries.push_back(q);
+    work += w;
+  }
+  // The sub-tree of the sampled queries' paths, its pages renumbered densely in first-use order.
+  PrefixTree sub;
+  sub.page_size = tree.page_size;
+  std::unordered_map<int32_t, int32_t> node_map, page_map;
+  std::vector<int32_t> orig_page;
+  for (const int32_t q : rs.queries) {
+    int32_t parent = kNoParent;
+    for (const int32_t n : query_path(tree, q)) {
+      auto it = node_map.find(n);
+      if (it == node_map.end()) {
+        TreeNode nn;
+        nn.id = static_cast<int64_t>(sub.nodes.size());
+        nn.parent = parent;
+        nn.tokens = tree.nodes[n].tokens;
+        nn.page_offset = tree.nodes[n].page_offset;
+        for (const int32_t pg : tree.nodes[n].pages) {
+          const auto ins = page_map.emplace(pg, static_cast<int32_t>(orig_page.size()));
+          if (ins.second) orig_page.push_back(pg);
+          nn.pages.push_back(ins.first->second);
+        }
+        it = node_map.emplace(n, static_cast<int32_t>(sub.nodes.size())).first;
+        sub.nodes.push_back(std::move(nn));
+      }
+      parent = it->second;
+    }
+    sub.query_node.push_back(parent);
+  }
+  sub.num_pages = static_cast<int32_t>(orig_page.size());
+  // Its inputs: the sampled queries' q rows and the used pages' k, v, from the stream.
+  RandomInputs data;
+  data.q.resize(rs.queries.size() * H * D);
+  data.k.resize(orig_page.size() * page_elems);
+  data.v.resize(data.k.size());
+  for (size_t i = 0; i < rs.queries.size(); ++i)
+    for (int64_t e = 0; e < H * D; ++e)
+      data.q[i * H * D + e] =
+          rounded(s, InputTensor::kQ, static_cast<uint64_t>(rs.queries[i]) * H * D + e, spec.bf16);
+  for (size_t pg = 0; pg < orig_page.size(); ++pg)
+    for (int64_t e = 0; e < page_elems; ++e) {
+      const uint64_t src = static_cast<uint64_t>(orig_page[pg]) * page_elems + e;
+      data.k[pg * page_elems + e] = rounded(s, InputTensor::kK, src, spec.bf16);
+      data.v[pg * page_elems + e] = rounded(s, InputTensor::kV, src, spec.bf16);
+    }
+  rs.out.resize(rs.queries.size() * H * D);
+  rs.lse.resize(rs.queries.size() * H);
+  reference_attention(sub, host_inputs(data, spec.num_qo_heads, spec.num_kv_heads, spec.head_dim),
+                      {}, rs.out.data(), rs.lse.data());
+  return rs;
 }
 
 }  // namespace treeattn

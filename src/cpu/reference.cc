@@ -1,6 +1,7 @@
 // Float64 oracle: per query, its root path expanded into one dense KV sequence (through the
 // tree's own token -> page mapping, never through a plan), then softmax(scale q.k) v per query
-// head in double precision; lse = natural log of the softmax denominator (max-subtracted).
+// head in double precision; lse = natural log of the softmax denominator (max-subtracted). Also
+// the HostAttentionInputs view and its checks.
 #include "treeattn/cpu/reference.h"
 
 #include <cmath>
@@ -9,6 +10,12 @@
 #include "treeattn/common/error.h"
 
 namespace treeattn {
+
+HostAttentionInputs host_inputs(const float* q, const float* k, const float* v,
+                                int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
+                                float sm_scale) {
+  return HostAttentionInputs{num_qo_heads, num_kv_heads, head_dim, sm_scale, q, k, v};
+}
 
 void check_host_inputs(const HostAttentionInputs& in) {
   TA_CHECK_ARG(in.num_qo_heads >= 1, "num_qo_heads", "must be >= 1, got ", in.num_qo_heads);

@@ -32,10 +32,9 @@ std::string planner_list_text() {
 
 }  // namespace
 
-Plan make_plan(const PrefixTree& tree, const PlanOptions& opts) {
-  const planners::PlannerEntry* entry = planners::find_planner(opts.planner);
-  TA_CHECK_ARG(entry != nullptr, "planner", "unknown planner '", opts.planner, "' (expected ",
-               planner_list_text(), ")");
+void validate_plan_options(const PlanOptions& opts) {
+  TA_CHECK_ARG(planners::find_planner(opts.planner) != nullptr, "planner", "unknown planner '",
+               opts.planner, "' (expected ", planner_list_text(), ")");
   TA_CHECK_ARG(opts.num_qo_heads >= 1, "num_qo_heads", "must be >= 1, got ", opts.num_qo_heads);
   TA_CHECK_ARG(opts.num_kv_heads >= 1, "num_kv_heads", "must be >= 1, got ", opts.num_kv_heads);
   TA_CHECK_ARG(opts.num_qo_heads % opts.num_kv_heads == 0, "num_kv_heads", opts.num_kv_heads,
@@ -47,9 +46,22 @@ Plan make_plan(const PrefixTree& tree, const PlanOptions& opts) {
                "must be 64, 128 or 256, got ", opts.head_dim);
   TA_CHECK_ARG(opts.dtype_bytes == 1 || opts.dtype_bytes == 2 || opts.dtype_bytes == 4,
                "dtype_bytes", "must be 1, 2 or 4, got ", opts.dtype_bytes);
-  TA_CHECK_ARG(tree.page_size >= 1, "page_size", "must be >= 1, got ", tree.page_size);
   validate_device(opts.device);
+}
+
+PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
+                              int32_t num_kv_heads, int32_t head_dim, const DeviceInfo& device,
+                              int32_t dtype_bytes) {
+  PlanOptions o{planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes, device};
+  validate_plan_options(o);
+  return o;
+}
+
+Plan make_plan(const PrefixTree& tree, const PlanOptions& opts) {
+  validate_plan_options(opts);
+  TA_CHECK_ARG(tree.page_size >= 1, "page_size", "must be >= 1, got ", tree.page_size);
   validate(tree);
+  const planners::PlannerEntry* entry = planners::find_planner(opts.planner);
   const TreeIndex index = build_index(tree);
 
   const std::string& p = opts.planner;

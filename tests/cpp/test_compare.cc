@@ -1,12 +1,16 @@
 // Tests of compare_to_oracle() (include/treeattn/cpu/compare.h): the measure is relative to the
 // largest reference value, NaN and infinity never pass, the bound follows the output dtype, and
 // the attention form only looks at the sampled queries and accepts an empty row (oracle LSE -inf)
-// only as exactly o = 0, lse = -inf.
+// only as exactly o = 0, lse = -inf; the query sample, and compare_to_sample reading a GPU
+// batch's 16-bit rows of the sampled queries.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "treeattn/common/half.h"
 #include "treeattn/cpu/compare.h"
 
 namespace treeattn {
@@ -102,6 +106,62 @@ TEST(CompareToOracle, EmptyRowsMustBeExactlyTheEmptyState) {
   c = compare_to_oracle(r1.data(), l1.data(), o1.data(), g1.data(), 1, 2, {0}, OutputDtype::kFp32);
   EXPECT_TRUE(c.pass) << c.describe();
   EXPECT_LT(c.lse_rel_err, 1e-6);
+}
+
+TEST(SampleQueries, AllOrSpreadWithBothEnds) {
+  EXPECT_EQ(sample_queries(3, 16), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(sample_queries(0, 4), std::vector<int32_t>{});
+  EXPECT_EQ(sample_queries(9, 3), (std::vector<int32_t>{0, 4, 8}));
+  EXPECT_EQ(sample_queries(5, 1), std::vector<int32_t>{0});
+  const std::vector<int32_t> s = sample_queries(1000, 16);
+  ASSERT_EQ(s.size(), 16u);
+  EXPECT_EQ(s.front(), 0);
+  EXPECT_EQ(s.back(), 999);
+  for (size_t i = 1; i < s.size(); ++i) EXPECT_LT(s[i - 1], s[i]);
+  EXPECT_THROW(sample_queries(10, 0), std::invalid_argument);
+}
+
+TEST(CompareToSample, ReadsTheSampledRowsOfTheBatch) {
+  // 3 queries x 2 heads x head_dim 4 of fp16 bits; the sample holds queries 0 and 2.
+  OracleSample ref;
+  ref.queries = {0, 2};
+  ref.num_qo_heads = 2;
+  ref.head_dim = 4;
+  std::vector<uint16_t> out(3 * 2 * 4, 0x7E00);  // NaN everywhere: query 1 is never read
+  std::vector<float> lse(3 * 2, NAN);
+  for (size_t i = 0; i < ref.queries.size(); ++i) {
+    const int32_t q = ref.queries[i];
+    for (int h = 0; h < 2; ++h) {
+      const double l = 0.25 * (q + h);
+      ref.lse.push_back(l);
+      lse[q * 2 + h] = static_cast<float>(l);
+      for (int d = 0; d < 4; ++d) {
+        const double x = 0.5 * (d + 1) - q + 0.125 * h;  // exact in fp16
+        ref.out.push_back(x);
+        out[(q * 2 + h) * 4 + d] = float_to_half_bits(static_cast<float>(x));
+      }
+    }
+  }
+  OracleComparison c = compare_to_sample(ref, out, &lse);
+  EXPECT_TRUE(c.pass) << c.describe();
+  EXPECT_EQ(c.max_rel_err, 0.0);
+  EXPECT_EQ(c.bound, oracle_tolerance(OutputDtype::kFp16));
+  ref.bf16 = true;  // the same bits read as bf16 are other numbers, at the bf16 bound
+  c = compare_to_sample(ref, out, &lse);
+  EXPECT_FALSE(c.pass);
+  EXPECT_EQ(c.bound, oracle_tolerance(OutputDtype::kBf16));
+  ref.bf16 = false;
+  out[(2 * 2 + 1) * 4 + 3] = float_to_half_bits(3.0f);  // query 2, head 1, last element
+  c = compare_to_sample(ref, out, nullptr);
+  EXPECT_FALSE(c.pass);
+  EXPECT_GT(c.max_rel_err, 0.1);
+  out.resize(2 * 2 * 4);  // query 2 missing
+  try {
+    compare_to_sample(ref, out, &lse);
+    ADD_FAILURE() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("out", 0), 0u) << e.what();
+  }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // executor matches the float64 oracle (compare_to_oracle, out and lse) for random trees (deep
 // chains, fan-out, one-token nodes, many roots, internal queries), a few workload lines, GQA
 // ratios 1, 4, 7, 16, 32 (MQA), head dims 64/128/256, fp16 and bf16 inputs; plus the executor's
-// query filter and its detection of empty rows.
+// query filter and its detection of empty rows, the random inputs' value stream, and the oracle
+// on a sample of queries (oracle_sample) against the full one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "treeattn/common/half.h"
 #include "treeattn/cpu/compare.h"
 #include "treeattn/cpu/executor.h"
 #include "treeattn/cpu/random_inputs.h"
@@ -192,6 +194,63 @@ TEST(CpuExecutor, RandomInputsAreFreshAndRounded) {
     zeros += x == 0.f;
   }
   EXPECT_LT(zeros, 10);
+}
+
+TEST(RandomInputs, OneSplitmixSequenceOverQThenKThenV) {
+  // The documented stream (random_values.h): the generator's outputs in order, q scaled by 4.
+  const PrefixTree t = tree_from_levels(parse_levels("N=1,3 C=21,9 page=8"));
+  const uint64_t seed = 77;
+  uint64_t state = seed * 0xD1B54A32D192ED03ull + 0x5DEECE66Dull;
+  auto next = [&state] {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return static_cast<float>((z ^ (z >> 31)) >> 40) * 0x1.0p-23f - 1.0f;
+  };
+  for (const bool bf16 : {false, true}) {
+    const RandomInputs r = random_inputs(t, 4, 2, 8, bf16, seed);
+    auto round = [bf16](float x) { return bf16 ? round_to_bf16(x) : round_to_fp16(x); };
+    state = seed * 0xD1B54A32D192ED03ull + 0x5DEECE66Dull;
+    for (const float x : r.q) ASSERT_EQ(x, round(4.0f * next()));
+    for (const float x : r.k) ASSERT_EQ(x, round(next()));
+    for (const float x : r.v) ASSERT_EQ(x, round(next()));
+  }
+}
+
+TEST(OracleSample, EqualsTheFullOracleOnTheSampledQueries) {
+  RandomTreeOptions ro = small_opts();
+  ro.shuffle_pages = true;
+  const std::vector<PrefixTree> trees = {
+      tree_from_levels(parse_levels("N=1,4,16 C=37,21,5 page=16"), PageLayout::kShuffled, 3),
+      random_tree(5, ro), random_tree(6, ro)};
+  for (const PrefixTree& t : trees)
+    for (const bool bf16 : {false, true}) {
+      const RandomInputSpec spec{8, 2, 64, bf16, 19};
+      const OracleSample s = oracle_sample(t, spec, 5);
+      EXPECT_EQ(s.queries, sample_queries(t.num_queries(), 5));
+      EXPECT_EQ(s.bf16, bf16);
+      const RandomInputs data = random_inputs(t, 8, 2, 64, bf16, 19);
+      const size_t row = 8 * 64;
+      std::vector<double> ref(t.num_queries() * row), ref_lse(t.num_queries() * 8);
+      reference_attention(t, host_inputs(data, 8, 2, 64), s.queries, ref.data(), ref_lse.data());
+      ASSERT_EQ(s.out.size(), s.queries.size() * row);
+      for (size_t i = 0; i < s.queries.size(); ++i) {
+        const size_t q = static_cast<size_t>(s.queries[i]);
+        for (size_t e = 0; e < row; ++e) ASSERT_EQ(s.out[i * row + e], ref[q * row + e]) << q;
+        for (size_t h = 0; h < 8; ++h) ASSERT_EQ(s.lse[i * 8 + h], ref_lse[q * 8 + h]) << q;
+      }
+    }
+}
+
+TEST(OracleSample, StopsBeforeTheWorkBound) {
+  const PrefixTree t = tree_from_levels(parse_levels("N=1,8 C=100,10"));
+  const RandomInputSpec spec{4, 1, 64, false, 1};
+  const double per_query = 110.0 * 4 * 64 * 2;  // context x heads x head_dim x 2
+  EXPECT_EQ(oracle_sample(t, spec, 8).queries.size(), 8u);
+  EXPECT_EQ(oracle_sample(t, spec, 8, 3 * per_query).queries.size(), 3u);
+  EXPECT_EQ(oracle_sample(t, spec, 8, 1.0).queries, std::vector<int32_t>{0});  // one at least
+  EXPECT_THROW(oracle_sample(t, spec, 0), std::invalid_argument);
+  EXPECT_THROW(oracle_sample(t, RandomInputSpec{0, 1, 64, false, 1}, 8), std::invalid_argument);
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // Tests of the plan core: tile classes, validate_plan() and check_coverage() catching planted
-// bugs, plan_layout()/pack_plan() round trip, cost-model sanity, device presets, make_plan()
-// argument errors, and the fp16/bf16 rounding helpers.
+// bugs, plan_layout()/pack_plan() round trip, cost-model sanity, device presets, make_plan() and
+// make_plan_options() argument errors, and the fp16/bf16 rounding helpers.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -424,6 +425,40 @@ TEST(MakePlan, ArgumentErrorsNameTheArgument) {
   expect_arg_error(t, opts_for("node", 256, 1), "num_qo_heads");
   EXPECT_EQ(planner_names().size(), 8u);
   EXPECT_EQ(planner_names()[0], "query");
+}
+
+TEST(MakePlanOptions, ConvertsTheArgumentsAndNamesTheBadOne) {
+  const DeviceInfo h100 = device_preset("h100");
+  const PlanOptions o = make_plan_options("pat", 16, 4, 256, h100, 4);
+  EXPECT_EQ(o.planner, "pat");
+  EXPECT_EQ(o.num_qo_heads, 16);
+  EXPECT_EQ(o.num_kv_heads, 4);
+  EXPECT_EQ(o.head_dim, 256);
+  EXPECT_EQ(o.dtype_bytes, 4);
+  EXPECT_EQ(o.device.name, h100.name);
+  EXPECT_EQ(o.device.tile_latency_us, h100.tile_latency_us);
+  const PlanOptions d = make_plan_options("node", 8, 2, 64);  // PlanOptions' own defaults
+  EXPECT_EQ(d.dtype_bytes, PlanOptions().dtype_bytes);
+  EXPECT_EQ(d.device.hbm_read_GBps, PlanOptions().device.hbm_read_GBps);
+  const PrefixTree t = small_tree();
+  EXPECT_EQ(make_plan(t, d).items.size(), make_plan(t, opts_for("node")).items.size());
+  auto expect_names = [](const std::function<void()>& fn, const std::string& name) {
+    try {
+      fn();
+      ADD_FAILURE() << "no throw for " << name;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(name, 0), 0u) << e.what();
+    }
+  };
+  expect_names([] { make_plan_options("nope", 8, 2, 64); }, "planner");
+  expect_names([] { make_plan_options("node", 0, 1, 64); }, "num_qo_heads");
+  expect_names([] { make_plan_options("node", 8, 3, 64); }, "num_kv_heads");
+  expect_names([] { make_plan_options("node", 256, 1, 64); }, "num_qo_heads");
+  expect_names([] { make_plan_options("node", 8, 2, 96); }, "head_dim");
+  expect_names([] { make_plan_options("node", 8, 2, 64, DeviceInfo(), 3); }, "dtype_bytes");
+  DeviceInfo broken = h100;
+  broken.num_sms = 0;
+  expect_names([&] { make_plan_options("node", 8, 2, 64, broken); }, "device.num_sms");
 }
 
 TEST(Half, Fp16RoundTripAndRounding) {

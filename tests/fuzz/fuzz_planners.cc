@@ -138,13 +138,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sub.shape.num_kv_heads = 1;
     sub.shape.num_qo_heads = group;
     const RandomInputs data = random_inputs(tree, group, 1, opts.head_dim, false, size);
-    HostAttentionInputs hin;
-    hin.num_qo_heads = group;
-    hin.num_kv_heads = 1;
-    hin.head_dim = opts.head_dim;
-    hin.q = data.q.data();
-    hin.k = data.k.data();
-    hin.v = data.v.data();
+    const HostAttentionInputs hin = host_inputs(data, group, 1, opts.head_dim);
     const size_t rows = static_cast<size_t>(tree.num_queries()) * group;
     std::vector<double> ref(rows * opts.head_dim), ref_lse(rows);
     std::vector<float> out(rows * opts.head_dim, NAN), lse(rows, NAN);

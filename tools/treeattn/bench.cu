@@ -4,10 +4,11 @@
 // In one process: (1) ceilings: HBM read bandwidth from a streaming-read kernel (16-byte loads over
 // 2 GiB, median of 15) and the tensor-core rate from cuBLAS (fp16 GEMM 8192^3, fp32 compute,
 // median of 10); (2) per problem (tree / levels / workload line) and planner: plan on the host
-// (not timed), upload, fill inputs on the GPU from a counter hash (values in [-1, 1) rounded to the
-// dtype, never zeros), one checked run against the float64 oracle on a sample of queries
-// (compare_to_oracle on outputs and LSEs, treeattn/cpu/compare.h; the oracle runs on a sub-tree of
-// the sampled queries' paths whose K/V values the host recomputes from the same hash), then >= 50
+// (not timed), upload, fill the random inputs on the GPU (DeviceInputs, treeattn/kernels/
+// device_inputs.h: random_inputs()' values, rounded to the dtype), one checked run on poisoned
+// outputs against the float64 oracle on a sample of up to 16 queries (oracle_sample, which
+// recomputes the inputs of the sampled paths on the host; compare_to_sample on outputs and LSEs,
+// treeattn/cpu/compare.h), then >= 50
 // timed runs, each after an L2 flush (cudaMemsetAsync over >= 2x L2, outside the events), CUDA
 // events around DevicePlan::run only, median. A planner that throws, a failed check or a CUDA
 // error on a line is a failure: the line is reported and the exit status is nonzero. Floor =
@@ -18,8 +19,6 @@
 // every plan is checked and timed on each, back to back, and the JSON results carry
 // "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128 ran on).
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,12 +34,13 @@
 
 #include "args.h"
 #include "bench_timeline.h"
+#include "cli_util.h"
 #include "commands.h"
 #include "inputs.h"
-#include "treeattn/common/half.h"
 #include "treeattn/cpu/compare.h"
-#include "treeattn/cpu/reference.h"
+#include "treeattn/cpu/random_inputs.h"
 #include "treeattn/kernels/decode.h"
+#include "treeattn/kernels/device_inputs.h"
 #include "treeattn/kernels/device_plan.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/stats.h"
@@ -54,38 +54,6 @@ namespace {
     if (e_ != cudaSuccess)                                                          \
       throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
   } while (0)
-
-// ---- deterministic input values (identical on host and device) ---------------------------------
-
-__host__ __device__ inline uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-/// Uniform in [-1, 1), exactly representable in fp32 (24 random bits).
-__host__ __device__ inline float hash_value(uint64_t seed, int tensor, uint64_t i) {
-  const uint64_t h = mix64(i * 4 + static_cast<uint64_t>(tensor) + seed * 0x100000001B3ull);
-  return static_cast<float>(h >> 40) * (1.0f / 8388608.0f) - 1.0f;
-}
-float host_value(uint64_t seed, int tensor, uint64_t i, bool bf16) {
-  const float x = hash_value(seed, tensor, i);
-  return bf16 ? round_to_bf16(x) : round_to_fp16(x);
-}
-
-__global__ void fill_kernel(uint16_t* dst, uint64_t n, uint64_t seed, int tensor, bool bf16) {
-  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    const float x = hash_value(seed, tensor, i);
-    if (bf16) {
-      const __nv_bfloat16 b = __float2bfloat16_rn(x);
-      dst[i] = *reinterpret_cast<const uint16_t*>(&b);
-    } else {
-      const __half h = __float2half_rn(x);
-      dst[i] = *reinterpret_cast<const uint16_t*>(&h);
-    }
-  }
-}
 
 // ---- ceilings -----------------------------------------------------------------------------------
 
@@ -147,9 +115,12 @@ double measure_tc_TFLOPs() {
   BENCH_CUDA(cudaMalloc(&a, elems * 2));
   BENCH_CUDA(cudaMalloc(&b, elems * 2));
   BENCH_CUDA(cudaMalloc(&c, elems * 2));
-  fill_kernel<<<1024, 256>>>(a, elems, 11, 0, false);
-  fill_kernel<<<1024, 256>>>(b, elems, 12, 0, false);
-  BENCH_CUDA(cudaGetLastError());
+  RandomInputSpec gemm;  // a and b: the K and V values of a one-head stream
+  gemm.num_qo_heads = gemm.num_kv_heads = gemm.head_dim = 1;
+  gemm.seed = 11;
+  const RandomValueStream values = random_value_stream(gemm, 0, elems, 1);
+  fill_random_values(a, values, InputTensor::kK, elems, false, nullptr);
+  fill_random_values(b, values, InputTensor::kV, elems, false, nullptr);
   cublasHandle_t h;
   if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
   const float alpha = 1.f, beta = 0.f;
@@ -180,17 +151,9 @@ double measure_tc_TFLOPs() {
 
 // ---- one problem --------------------------------------------------------------------------------
 
-struct DeviceInputs {
-  void* q = nullptr;
-  void* k = nullptr;
-  void* v = nullptr;
-  void* out = nullptr;
-  float* lse = nullptr;
-  ~DeviceInputs() {
-    for (void* p : {q, k, v, out, static_cast<void*>(lse)})
-      if (p != nullptr) cudaFree(p);
-  }
-};
+/// The checked run's oracle: up to 16 queries spread over the batch, stopping before the sampled
+/// paths pass this many multiply-adds.
+constexpr double kOracleWork = 6e7;
 
 struct Result {
   std::string workload, set, planner, dtype;
@@ -207,107 +170,6 @@ const char* grouped_kernel_name(GroupedKernel k) {
   return k == GroupedKernel::kWarpSpecialized ? "ws"
          : k == GroupedKernel::kAuto          ? "auto"
                                               : "legacy";
-}
-
-/// Float64 oracle outputs for a sample of queries (computed once per problem).
-struct RefSample {
-  std::vector<int32_t> queries;
-  std::vector<double> out;  ///< [sample, H, D]
-  std::vector<double> lse;  ///< [sample, H]
-};
-
-/// The float64 oracle on a sub-tree holding only the sampled queries' paths (K/V values recomputed
-/// on the host from the fill hash).
-RefSample reference_sample(const Problem& pb, uint64_t seed, bool bf16) {
-  const PrefixTree& t = pb.tree;
-  const int64_t H = pb.num_qo_heads, KH = pb.num_kv_heads, D = pb.head_dim, P = t.page_size;
-  const int32_t nq = t.num_queries();
-  // sample: spread queries, stop when the oracle work passes ~2e8 multiply-adds
-  std::vector<int32_t> order;
-  for (int32_t i = 0; i < std::min(nq, 16); ++i)
-    order.push_back(nq <= 16 ? i : static_cast<int32_t>(int64_t{i} * (nq - 1) / 15));
-  order.erase(std::unique(order.begin(), order.end()), order.end());
-  std::vector<int32_t> sample;
-  double work = 0;
-  for (int32_t q : order) {
-    const double w = static_cast<double>(query_context(t, q)) * H * D * 2;
-    if (!sample.empty() && work + w > 6e7) break;
-    sample.push_back(q);
-    work += w;
-  }
-  // sub-tree: nodes on the sampled paths, pages renumbered densely
-  PrefixTree sub;
-  sub.page_size = t.page_size;
-  std::map<int32_t, int32_t> node_map;
-  std::vector<int32_t> orig_page;
-  for (int32_t q : sample) {
-    int32_t parent = kNoParent;
-    for (int32_t n : query_path(t, q)) {
-      auto it = node_map.find(n);
-      if (it == node_map.end()) {
-        TreeNode nn;
-        nn.id = static_cast<int64_t>(sub.nodes.size());
-        nn.parent = parent;
-        nn.tokens = t.nodes[n].tokens;
-        nn.page_offset = t.nodes[n].page_offset;
-        for (int32_t pg : t.nodes[n].pages) {
-          nn.pages.push_back(static_cast<int32_t>(orig_page.size()));
-          orig_page.push_back(pg);
-        }
-        it = node_map.emplace(n, static_cast<int32_t>(sub.nodes.size())).first;
-        sub.nodes.push_back(std::move(nn));
-      }
-      parent = it->second;
-    }
-    sub.query_node.push_back(parent);
-  }
-  sub.num_pages = static_cast<int32_t>(orig_page.size());
-  const int64_t page_elems = P * KH * D;
-  std::vector<float> q(sample.size() * H * D), k(orig_page.size() * page_elems),
-      v(orig_page.size() * page_elems);
-  for (size_t i = 0; i < sample.size(); ++i)
-    for (int64_t e = 0; e < H * D; ++e)
-      q[i * H * D + e] = host_value(seed, 0, static_cast<uint64_t>(sample[i]) * H * D + e, bf16);
-  for (size_t pg = 0; pg < orig_page.size(); ++pg)
-    for (int64_t e = 0; e < page_elems; ++e) {
-      const uint64_t src = static_cast<uint64_t>(orig_page[pg]) * page_elems + e;
-      k[pg * page_elems + e] = host_value(seed, 1, src, bf16);
-      v[pg * page_elems + e] = host_value(seed, 2, src, bf16);
-    }
-  HostAttentionInputs in;
-  in.num_qo_heads = pb.num_qo_heads;
-  in.num_kv_heads = pb.num_kv_heads;
-  in.head_dim = pb.head_dim;
-  in.q = q.data();
-  in.k = k.data();
-  in.v = v.data();
-  RefSample rs;
-  rs.queries = sample;
-  rs.out.resize(sample.size() * H * D);
-  rs.lse.resize(sample.size() * H);
-  reference_attention(sub, in, {}, rs.out.data(), rs.lse.data());
-  return rs;
-}
-
-/// The GPU output and LSE (host copies) of the sampled queries against the oracle.
-OracleComparison compare_sample(const Problem& pb, const RefSample& rs,
-                                const std::vector<uint16_t>& out, const std::vector<float>& lse,
-                                bool bf16) {
-  const int64_t H = pb.num_qo_heads, HD = H * pb.head_dim;
-  const size_t n = rs.queries.size();
-  std::vector<float> got(n * HD), got_lse(n * H);
-  std::vector<int32_t> rows(n);
-  for (size_t i = 0; i < n; ++i) {
-    rows[i] = static_cast<int32_t>(i);
-    const size_t q = static_cast<size_t>(rs.queries[i]);
-    for (int64_t e = 0; e < HD; ++e) {
-      const uint16_t b = out[q * HD + e];
-      got[i * HD + e] = bf16 ? bf16_bits_to_float(b) : half_bits_to_float(b);
-    }
-    for (int64_t h = 0; h < H; ++h) got_lse[i * H + h] = lse[q * H + h];
-  }
-  return compare_to_oracle(rs.out.data(), rs.lse.data(), got.data(), got_lse.data(), H, pb.head_dim,
-                           rows, bf16 ? OutputDtype::kBf16 : OutputDtype::kFp16);
 }
 
 struct Timer {
@@ -334,19 +196,13 @@ std::string line_name(const Problem& pb) {
          std::to_string(pb.num_kv_heads);
 }
 
-bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& in, bool bf16,
-             const RefSample& ref, int runs, Timer& tm, const std::vector<GroupedKernel>& kernels,
-             std::vector<Result>* results) {
-  PlanOptions opts;
-  opts.planner = planner;
-  opts.num_qo_heads = pb.num_qo_heads;
-  opts.num_kv_heads = pb.num_kv_heads;
-  opts.head_dim = pb.head_dim;
-  opts.dtype_bytes = 2;
-  opts.device = g_device;
+bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& in,
+             const OracleSample& ref, int runs, Timer& tm,
+             const std::vector<GroupedKernel>& kernels, std::vector<Result>* results) {
   Plan plan;
   try {
-    plan = make_plan(pb.tree, opts);
+    plan = make_plan(pb.tree, make_plan_options(planner, pb.num_qo_heads, pb.num_kv_heads,
+                                                pb.head_dim, g_device));
   } catch (const std::exception& e) {
     std::printf("  !!!! PLANNER FAILED: %s planner=%s: %s (line skipped: counted as a failure)\n",
                 pb.name.c_str(), planner.c_str(), e.what());
@@ -355,19 +211,8 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   }
   DevicePlan dp;
   dp.upload(plan, tm.stream);
-  const int64_t H = pb.num_qo_heads, KH = pb.num_kv_heads, D = pb.head_dim;
-  const int64_t nq = pb.tree.num_queries();
-  DecodeArgs a;
-  a.dtype = bf16 ? DType::kBFloat16 : DType::kFloat16;
-  a.q = in.q;
-  a.q_stride_query = H * D;
-  a.q_stride_head = D;
-  set_kv_split(&a, in.k, in.v, split_kv_strides(pb.tree.page_size, KH, D));
-  a.out = in.out;
-  a.o_stride_query = H * D;
-  a.o_stride_head = D;
-  a.lse = in.lse;
-  const PlanStats stats = plan_stats(pb.tree, plan, opts.device);
+  DecodeArgs a = in.args;
+  const PlanStats stats = plan_stats(pb.tree, plan, g_device);
   results->clear();
   for (const GroupedKernel kernel : kernels) {
     set_grouped_kernel(kernel);
@@ -381,15 +226,10 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
                           (any ? grouped_kernel_name(grouped_kernel_for(dp.layout(), cls)) : "-");
     }
     // checked run on poisoned outputs
-    BENCH_CUDA(cudaMemsetAsync(in.out, 0xFF, nq * H * D * 2, tm.stream));
-    BENCH_CUDA(cudaMemsetAsync(in.lse, 0xFF, nq * H * 4, tm.stream));
-    dp.run(a, tm.stream);
-    BENCH_CUDA(cudaStreamSynchronize(tm.stream));
-    std::vector<uint16_t> out(nq * H * D);
-    std::vector<float> lse(nq * H);
-    BENCH_CUDA(cudaMemcpy(out.data(), in.out, out.size() * 2, cudaMemcpyDeviceToHost));
-    BENCH_CUDA(cudaMemcpy(lse.data(), in.lse, lse.size() * 4, cudaMemcpyDeviceToHost));
-    const OracleComparison cmp = compare_sample(pb, ref, out, lse, bf16);
+    std::vector<uint16_t> out;
+    std::vector<float> lse;
+    in.run_and_fetch(dp, a, tm.stream, nullptr, &out, &lse);
+    const OracleComparison cmp = compare_to_sample(ref, out, &lse);
     res->max_rel_err = cmp.max_rel_err;
     res->check_ok = cmp.pass;
     if (!res->check_ok)
@@ -433,15 +273,6 @@ std::string today() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
   return buf;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
 }
 
 /// The value of an on/off flag (`fallback` when absent); throws naming the flag otherwise.
@@ -565,18 +396,9 @@ int bench_command(int argc, char** argv) {
     const PrefixTree& t = pb.tree;
     const int64_t H = pb.num_qo_heads, KH = pb.num_kv_heads, D = pb.head_dim;
     const int64_t nq = t.num_queries();
-    const uint64_t kv_elems = static_cast<uint64_t>(t.num_pages) * t.page_size * KH * D;
+    const RandomInputSpec spec{pb.num_qo_heads, pb.num_kv_heads, pb.head_dim, bf16, seed};
     DeviceInputs in;
-    BENCH_CUDA(cudaMalloc(&in.q, nq * H * D * 2));
-    BENCH_CUDA(cudaMalloc(&in.k, kv_elems * 2 + 16));
-    BENCH_CUDA(cudaMalloc(&in.v, kv_elems * 2 + 16));
-    BENCH_CUDA(cudaMalloc(&in.out, nq * H * D * 2));
-    BENCH_CUDA(cudaMalloc(&in.lse, nq * H * 4));
-    fill_kernel<<<2048, 256>>>(static_cast<uint16_t*>(in.q), nq * H * D, seed, 0, bf16);
-    fill_kernel<<<2048, 256>>>(static_cast<uint16_t*>(in.k), kv_elems, seed, 1, bf16);
-    fill_kernel<<<2048, 256>>>(static_cast<uint16_t*>(in.v), kv_elems, seed, 2, bf16);
-    BENCH_CUDA(cudaGetLastError());
-    BENCH_CUDA(cudaDeviceSynchronize());
+    in.fill(t, spec, KvLayout::kSplit, /*with_lse=*/true, tm.stream);
     // floor
     double ctx_sum = 0;
     for (int32_t q = 0; q < nq; ++q) ctx_sum += static_cast<double>(query_context(t, q));
@@ -585,20 +407,20 @@ int bench_command(int argc, char** argv) {
     const double flops_min = 4.0 * ctx_sum * H * D;
     const double floor_ms = std::max(bytes_min / (hbm * 1e9), flops_min / (tc * 1e12)) * 1e3;
     const std::string wname = line_name(pb);
-    const RefSample ref = reference_sample(pb, seed, bf16);
+    const OracleSample ref = oracle_sample(t, spec, 16, kOracleWork);
     // baseline first (on the first grouped kernel only, unless the query planner is listed)
     std::vector<Result> base;
     const bool query_listed =
         std::find(planners.begin(), planners.end(), "query") != planners.end();
     const bool have_base =
-        run_one(pb, "query", in, bf16, ref, runs, tm,
+        run_one(pb, "query", in, ref, runs, tm,
                 query_listed ? kernels : std::vector<GroupedKernel>{kernels.front()}, &base);
     for (const std::string& pl : planners) {
       std::vector<Result> rs;
       if (pl == "query") {
         if (!have_base) continue;  // the baseline's failure is already counted
         rs = base;
-      } else if (!run_one(pb, pl, in, bf16, ref, runs, tm, kernels, &rs)) {
+      } else if (!run_one(pb, pl, in, ref, runs, tm, kernels, &rs)) {
         continue;  // counted in g_planner_failures: the exit status is nonzero
       }
       for (Result& r : rs) {
@@ -676,11 +498,11 @@ int bench_command(int argc, char** argv) {
                    "\"bytes_min\": %.0f, \"flops_min\": %.0f, \"items\": %lld, "
                    "\"kv_bytes_read\": %.0f, \"est_us\": %.2f, \"grouped_kernel\": \"%s\", "
                    "\"grouped_run\": \"%s\", \"check_ok\": %s}",
-                   i ? "," : "", json_escape(r.workload).c_str(), r.set.c_str(), r.planner.c_str(),
-                   r.dtype.c_str(), r.page_size, r.median_ms, r.floor_ms, r.floor_fraction,
-                   r.baseline_ms, r.max_rel_err, r.qo, r.kv, r.head_dim, r.queries, r.GBps,
-                   r.bytes_min, r.flops_min, static_cast<long long>(r.items), r.kv_read_bytes,
-                   r.est_us, r.grouped_kernel.c_str(), r.grouped_run.c_str(),
+                   i ? "," : "", json_escape(r.workload).c_str(), json_escape(r.set).c_str(),
+                   r.planner.c_str(), r.dtype.c_str(), r.page_size, r.median_ms, r.floor_ms,
+                   r.floor_fraction, r.baseline_ms, r.max_rel_err, r.qo, r.kv, r.head_dim,
+                   r.queries, r.GBps, r.bytes_min, r.flops_min, static_cast<long long>(r.items),
+                   r.kv_read_bytes, r.est_us, r.grouped_kernel.c_str(), r.grouped_run.c_str(),
                    r.check_ok ? "true" : "false");
     }
     std::fprintf(f, "\n]}\n");

@@ -128,18 +128,15 @@ int check_command(int argc, char** argv) {
     p.tree = compact_pages(given.tree);
     const int32_t nq = p.tree.num_queries();
     const Sample s = choose_sample(p, requested, explicit_k, seed);
-    const int32_t group = p.num_qo_heads / p.num_kv_heads;
-    HostAttentionInputs in;
-    in.num_qo_heads = group * s.kv_heads;
-    in.num_kv_heads = s.kv_heads;
-    in.head_dim = p.head_dim;
+    const int32_t checked_qo_heads = p.num_qo_heads / p.num_kv_heads * s.kv_heads;
     RandomInputs data;
+    HostAttentionInputs in;
     std::vector<double> ref, ref_lse;
     bool inputs_ok = true;
     std::string input_error;
     try {
-      data = random_inputs(p.tree, in.num_qo_heads, in.num_kv_heads, p.head_dim, p.bf16, seed);
-      in = host_inputs(data, in.num_qo_heads, in.num_kv_heads, p.head_dim);
+      data = random_inputs(p.tree, checked_qo_heads, s.kv_heads, p.head_dim, p.bf16, seed);
+      in = host_inputs(data, checked_qo_heads, s.kv_heads, p.head_dim);
       ref.assign(static_cast<size_t>(nq) * in.num_qo_heads * p.head_dim, 0.0);
       ref_lse.assign(static_cast<size_t>(nq) * in.num_qo_heads, 0.0);
       reference_attention(p.tree, in, s.queries, ref.data(), ref_lse.data());
@@ -154,14 +151,9 @@ int check_command(int argc, char** argv) {
       double rel = NAN, max_lse_err = NAN;
       try {
         if (!inputs_ok) throw std::runtime_error("inputs: " + input_error);
-        PlanOptions opts;
-        opts.planner = name;
-        opts.num_qo_heads = p.num_qo_heads;
-        opts.num_kv_heads = p.num_kv_heads;
-        opts.head_dim = p.head_dim;
-        opts.dtype_bytes = 2;
-        opts.device = dev;
-        const Plan plan = planned(p.tree, opts, "check", p.name);
+        const Plan plan = planned(
+            p.tree, make_plan_options(name, p.num_qo_heads, p.num_kv_heads, p.head_dim, dev),
+            "check", p.name);
         check_coverage(p.tree, plan);
         Plan sub = plan;  // same items, restricted to the checked KV heads (see file comment)
         sub.shape.num_kv_heads = in.num_kv_heads;

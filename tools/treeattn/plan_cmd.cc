@@ -59,18 +59,14 @@ int plan_command(int argc, char** argv) {
   js << "{\"command\": \"plan\", \"device\": \"" << dev.name << "\", \"workloads\": [";
   for (size_t pi = 0; pi < problems.size(); ++pi) {
     const Problem& p = problems[pi];
-    PlanOptions opts;
-    opts.num_qo_heads = p.num_qo_heads;
-    opts.num_kv_heads = p.num_kv_heads;
-    opts.head_dim = p.head_dim;
-    opts.device = dev;
     std::vector<Row> rows;
     for (const std::string& name : planners) {
       Row r;
       r.planner = name;
-      opts.planner = name;
       try {
-        const Plan plan = planned(p.tree, opts, "plan", p.name);
+        const Plan plan = planned(
+            p.tree, make_plan_options(name, p.num_qo_heads, p.num_kv_heads, p.head_dim, dev),
+            "plan", p.name);
         r.chosen = plan.chosen_planner;
         r.st = plan_stats(p.tree, plan, dev);
         r.layout = plan_layout(plan);

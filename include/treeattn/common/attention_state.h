@@ -6,11 +6,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define TA_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define TA_HOST_DEVICE inline
-#endif
+#include "treeattn/common/host_device.h"
 
 namespace treeattn {
 

@@ -1,6 +1,8 @@
 // compare_to_oracle(): the one rule for "an attention output matches the float64 oracle"
 // (reference_attention, reference.h), used by the CPU tests, the planner fuzzer, `treeattn check`,
-// `treeattn bench` and the GPU tests. No caller has a tolerance of its own.
+// `treeattn bench` and the GPU tests. No caller has a tolerance of its own. compare_to_sample()
+// applies it to a GPU run's 16-bit outputs on the queries of an oracle sample (the check that
+// `treeattn bench` and the GPU tests share with DeviceInputs, treeattn/kernels/device_inputs.h).
 //
 // The rule. Error measure: max_rel_err = max_i |out_i - ref_i| / max_i |ref_i| over every checked
 // element (the absolute max_i |out_i - ref_i| when every ref_i is 0). The measure is relative to
@@ -57,5 +59,26 @@ struct OracleComparison {
 OracleComparison compare_to_oracle(const double* ref_out, const double* ref_lse, const float* out,
                                    const float* lse, int64_t heads, int64_t head_dim,
                                    const std::vector<int32_t>& queries, OutputDtype dtype);
+
+/// Sampled query ids: all of [0, num_queries) when there are <= k, else k spread evenly (the
+/// first and the last included). Throws std::invalid_argument naming "k" when k < 1.
+std::vector<int32_t> sample_queries(int32_t num_queries, int32_t k);
+
+/// The float64 oracle's results for a sample of queries (oracle_sample(), random_inputs.h):
+/// out [queries.size(), num_qo_heads, head_dim] and lse [queries.size(), num_qo_heads], row i
+/// for query queries[i]; `bf16` is the inputs' dtype, which the GPU kernels also write out in.
+struct OracleSample {
+  std::vector<int32_t> queries;
+  int32_t num_qo_heads = 0, head_dim = 0;
+  bool bf16 = false;
+  std::vector<double> out, lse;
+};
+
+/// A GPU run's outputs against the sample with compare_to_oracle at the fp16 or bf16 bound: `out`
+/// holds the fp16 / bf16 bits of [num_queries, num_qo_heads, head_dim], `lse` (null: outputs
+/// only) the float32 [num_queries, num_qo_heads]; only the sampled queries' rows are read. Throws
+/// std::invalid_argument naming "out" or "lse" when a sampled row lies past its end.
+OracleComparison compare_to_sample(const OracleSample& ref, const std::vector<uint16_t>& out,
+                                   const std::vector<float>* lse);
 
 }  // namespace treeattn

@@ -27,6 +27,12 @@ struct HostAttentionInputs {
   const float* v = nullptr;
 };
 
+/// HostAttentionInputs over q, k, v (which must outlive them) for the given shape and softmax
+/// scale (0: 1/sqrt(head_dim)).
+HostAttentionInputs host_inputs(const float* q, const float* k, const float* v,
+                                int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
+                                float sm_scale = 0.f);
+
 /// Throws std::invalid_argument naming the field on bad heads, head_dim, sm_scale or null
 /// tensors.
 void check_host_inputs(const HostAttentionInputs& in);

@@ -17,16 +17,27 @@ struct PlanOptions {
   int32_t num_kv_heads = 8;
   int32_t head_dim = 128;
   int32_t dtype_bytes = 2;
-  DeviceInfo device;  ///< defaults to the H200 preset
+  DeviceInfo device;  ///< the uncalibrated defaults of DeviceInfo (device_preset() gives presets)
 };
 
 /// Names accepted by make_plan, in display order (the planner table, src/plan/planners/):
 /// query, node, node-chunk, flatten, fasttree, pat, forge, auto.
 const std::vector<std::string>& planner_names();
 
-/// Validates the tree and the options (heads divisible, head_dim in {64,128,256}, group <= 128),
-/// then runs the named planner. Throws std::invalid_argument naming "planner", "num_qo_heads",
-/// "num_kv_heads", "head_dim" or the tree's offender.
+/// Throws std::invalid_argument naming "planner" (not in planner_names()), "num_qo_heads",
+/// "num_kv_heads" (each >= 1, num_kv_heads dividing num_qo_heads, a group of <= 128),
+/// "head_dim" (64, 128 or 256), "dtype_bytes" (1, 2 or 4) or the offending "device.*" field.
+void validate_plan_options(const PlanOptions& opts);
+
+/// The one conversion of a caller's planning arguments (the CLI's flags, the Python plan(), the
+/// benchmarks) into PlanOptions, checked with validate_plan_options().
+PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
+                              int32_t num_kv_heads, int32_t head_dim,
+                              const DeviceInfo& device = DeviceInfo(), int32_t dtype_bytes = 2);
+
+/// Validates the options (validate_plan_options) and the tree, then runs the named planner.
+/// Throws std::invalid_argument naming the option (see validate_plan_options) or the tree's
+/// offender.
 /// Thread safety: every planner is reentrant. Any number of threads may call make_plan() at once,
 /// on the same tree too (it only reads it); their one shared structure, FlashForge's profile
 /// cache, is behind a mutex.

@@ -1,18 +1,19 @@
-// Helpers for the GPU tests: device buffers, fp16/bf16 upload, one planned run through DevicePlan
-// on a tree, and the check against the float64 oracle (compare_to_oracle, treeattn/cpu/compare.h).
+// Helpers for the GPU tests: the check harness they share with `treeattn bench` (DeviceInputs,
+// treeattn/kernels/device_inputs.h; oracle_sample and compare_to_sample, treeattn/cpu/) wrapped
+// to fail the current test, one planned run through DevicePlan on a tree, and device buffers.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "treeattn/cpu/compare.h"
 #include "treeattn/cpu/random_inputs.h"
 #include "treeattn/kernels/decode.h"
+#include "treeattn/kernels/device_inputs.h"
 #include "treeattn/kernels/device_plan.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"
@@ -62,40 +63,23 @@ struct Case {
   std::string describe() const;
 };
 
-/// Host copies of the 16-bit bits of a float vector already rounded to the dtype.
-std::vector<uint16_t> to_bits(const std::vector<float>& v, bool bf16);
 /// Floats of 16-bit fp16 / bf16 bits (a fetched output).
 std::vector<float> from_bits(const std::vector<uint16_t>& b, bool bf16);
 
-/// Sampled query ids: all when the tree has <= k queries, else k spread evenly (first and last
-/// included).
-std::vector<int32_t> sample_queries(int32_t num_queries, int32_t k);
-
-/// Checks GPU output/LSE (host copies: dtype bits / float) of the sampled queries against the
-/// float64 oracle with compare_to_oracle (the fp16 or bf16 bound; LSE only with c.with_lse).
-OracleComparison check_outputs(const PrefixTree& tree, const Case& c, const std::vector<float>& q,
-                               const std::vector<float>& k, const std::vector<float>& v,
-                               const std::vector<uint16_t>& out_bits, const std::vector<float>& lse,
-                               const std::vector<int32_t>& queries);
-
 /// A case's random inputs (seeded) on the device in its KV layout, plus out/lse buffers and the
-/// DecodeArgs over them. The buffers are allocated by the first fill_inputs() and reused by later
-/// ones (a captured graph keeps pointing at them), so the tree's num_pages and num_queries must
-/// not grow in between.
-struct CaseInputs {
-  RandomInputs host;
-  std::unique_ptr<DevBuf> q, kv, out, lse;
-  DecodeArgs args;
-};
+/// DecodeArgs over them (DeviceInputs::fill: later fills reuse the first one's buffers, so the
+/// tree must not grow in between). Fails the current test on an error.
+using CaseInputs = DeviceInputs;
 void fill_inputs(const PrefixTree& tree, const Case& c, uint64_t seed, CaseInputs* in);
 
-/// Poisons out/lse and the workspace's partials (0xFF bytes: every value the merge reads must have
-/// been written), runs `dp` on `stream` (or replays `graph` when given), waits and copies
-/// out/lse back.
+/// DeviceInputs::run_and_fetch with in.args: poisoned out/lse and partials, a run of `dp` on
+/// `stream` (or a replay of `graph` when given), out/lse copied back. Fails the current test on an
+/// error.
 void run_and_fetch(const DevicePlan& dp, const CaseInputs& in, cudaStream_t stream,
                    cudaGraphExec_t graph, std::vector<uint16_t>* out, std::vector<float>* lse);
 
-/// Checks a fetched run of `in` (sampled queries) with check_outputs; fails the current test.
+/// Checks a fetched run of `in` against oracle_sample on c.sample_queries queries with
+/// compare_to_sample (the fp16 or bf16 bound; LSE only with c.with_lse); fails the current test.
 void expect_matches_oracle(const PrefixTree& tree, const Case& c, const CaseInputs& in,
                            const std::vector<uint16_t>& out, const std::vector<float>& lse);
 

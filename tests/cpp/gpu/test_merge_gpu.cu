@@ -69,8 +69,10 @@ TEST(DecodeGpu, MergeWithEmptyPartials) {
 
     const int64_t nq = tree.num_queries(), H = c.num_qo_heads, D = c.head_dim;
     std::vector<float> ref(nq * H * D, 0.f), ref_lse(nq * H, -INFINITY);  // query 1: empty
-    execute_plan_cpu(plan, host_inputs(in.host, c.num_qo_heads, c.num_kv_heads, c.head_dim),
-                     {0, 2, 3}, ref.data(), ref_lse.data());
+    const RandomInputs host =  // the values fill_inputs wrote on the device
+        random_inputs(tree, c.num_qo_heads, c.num_kv_heads, c.head_dim, bf16, in.spec().seed);
+    execute_plan_cpu(plan, host_inputs(host, c.num_qo_heads, c.num_kv_heads, c.head_dim), {0, 2, 3},
+                     ref.data(), ref_lse.data());
     const std::vector<double> ref64(ref.begin(), ref.end()),
         ref_lse64(ref_lse.begin(), ref_lse.end());
     const std::vector<float> out = from_bits(out_bits, bf16);

@@ -1,0 +1,127 @@
+// DeviceInputs and fill_random_values (include/treeattn/kernels/device_inputs.h): the random input
+// values written by a grid-stride kernel, the buffers, and the poisoned run through DevicePlan.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "treeattn/common/error.h"
+#include "treeattn/kernels/device_inputs.h"
+
+namespace treeattn {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("DeviceInputs: ") + what + ": " + cudaGetErrorString(e));
+}
+
+__global__ void fill_kernel(uint16_t* dst, RandomValueStream values, InputTensor tensor,
+                            uint64_t count, bool bf16, uint64_t chunk, uint64_t chunk_stride) {
+  const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += step) {
+    const float x = values.value(tensor, i);
+    const uint16_t bits =
+        bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+    dst[chunk == 0 ? i : (i / chunk) * chunk_stride + i % chunk] = bits;
+  }
+}
+
+void free_buffer(void* p) {
+  if (p != nullptr) cudaFree(p);  // errors at teardown are ignored
+}
+
+/// Allocates `bytes` (+16, so that an empty tensor still has a valid pointer) at *ptr on first
+/// use; later calls check that `bytes` fit.
+void reserve(void** ptr, uint64_t* cap, uint64_t bytes, const char* what) {
+  if (*ptr == nullptr) {
+    check(cudaMalloc(ptr, bytes + 16), "cudaMalloc");
+    *cap = bytes + 16;
+  }
+  TA_CHECK_ARG(bytes + 16 <= *cap, "tree", "its ", what, " need ", bytes,
+               " bytes, more than the buffers of the first fill (", *cap - 16, ")");
+}
+
+}  // namespace
+
+void fill_random_values(uint16_t* dst, const RandomValueStream& values, InputTensor tensor,
+                        uint64_t count, bool bf16, cudaStream_t stream, uint64_t chunk,
+                        uint64_t chunk_stride) {
+  if (count == 0) return;
+  fill_kernel<<<2048, 256, 0, stream>>>(dst, values, tensor, count, bf16, chunk, chunk_stride);
+  check(cudaGetLastError(), "fill kernel launch");
+}
+
+DeviceInputs::~DeviceInputs() {
+  for (const Buffer* b : {&q_, &kv_, &out_, &lse_}) free_buffer(b->ptr);
+}
+
+void DeviceInputs::fill(const PrefixTree& tree, const RandomInputSpec& spec, KvLayout layout,
+                        bool with_lse, cudaStream_t stream) {
+  const RandomValueStream s =
+      random_value_stream(spec, tree.num_queries(), tree.num_pages, tree.page_size);
+  const int64_t H = spec.num_qo_heads, KH = spec.num_kv_heads, D = spec.head_dim;
+  const int64_t P = tree.page_size;
+  const uint64_t lse_elems = static_cast<uint64_t>(tree.num_queries()) * H;
+  reserve(&q_.ptr, &q_.bytes, s.q_elems * 2, "queries");
+  reserve(&kv_.ptr, &kv_.bytes, s.kv_elems * 2 * 2, "K/V pages");
+  reserve(&out_.ptr, &out_.bytes, s.q_elems * 2, "outputs");
+  reserve(&lse_.ptr, &lse_.bytes, lse_elems * 4, "LSEs");
+  spec_ = spec;
+  out_elems_ = s.q_elems;
+  lse_elems_ = lse_elems;
+
+  auto* q = static_cast<uint16_t*>(q_.ptr);
+  auto* kv = static_cast<uint16_t*>(kv_.ptr);
+  fill_random_values(q, s, InputTensor::kQ, s.q_elems, spec.bf16, stream);
+  args.dtype = spec.bf16 ? DType::kBFloat16 : DType::kFloat16;
+  args.q = q;
+  args.q_stride_query = H * D;
+  args.q_stride_head = D;
+  if (layout == KvLayout::kSplit) {
+    fill_random_values(kv, s, InputTensor::kK, s.kv_elems, spec.bf16, stream);
+    fill_random_values(kv + s.kv_elems, s, InputTensor::kV, s.kv_elems, spec.bf16, stream);
+    set_kv_split(&args, kv, kv + s.kv_elems, split_kv_strides(P, KH, D));
+  } else {  // page p's K at 2p pages, its V at 2p + 1
+    const uint64_t page_elems = static_cast<uint64_t>(P * KH * D);
+    fill_random_values(kv, s, InputTensor::kK, s.kv_elems, spec.bf16, stream, page_elems,
+                       2 * page_elems);
+    fill_random_values(kv + page_elems, s, InputTensor::kV, s.kv_elems, spec.bf16, stream,
+                       page_elems, 2 * page_elems);
+    set_kv_combined(&args, kv, combined_kv_strides(P, KH, D));
+  }
+  args.out = out_.ptr;
+  args.o_stride_query = H * D;
+  args.o_stride_head = D;
+  args.lse = with_lse ? static_cast<float*>(lse_.ptr) : nullptr;
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+void DeviceInputs::run_and_fetch(const DevicePlan& dp, const DecodeArgs& run_args,
+                                 cudaStream_t stream, cudaGraphExec_t graph,
+                                 std::vector<uint16_t>* out, std::vector<float>* lse) const {
+  if (q_.ptr == nullptr) throw std::logic_error("DeviceInputs::run_and_fetch before fill()");
+  check(cudaMemsetAsync(out_.ptr, 0xFF, out_.bytes, stream), "cudaMemsetAsync(out)");
+  check(cudaMemsetAsync(lse_.ptr, 0xFF, lse_.bytes, stream), "cudaMemsetAsync(lse)");
+  const PlanLayout& L = dp.layout();
+  if (dp.uploaded() && L.total_bytes > L.metadata_bytes)
+    check(cudaMemsetAsync(static_cast<unsigned char*>(dp.workspace()) + L.metadata_bytes, 0xFF,
+                          L.total_bytes - L.metadata_bytes, stream),
+          "cudaMemsetAsync(partials)");
+  if (graph != nullptr)
+    check(cudaGraphLaunch(graph, stream), "cudaGraphLaunch");
+  else
+    dp.run(run_args, stream);
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  out->resize(out_elems_);
+  lse->resize(lse_elems_);
+  check(cudaMemcpy(out->data(), out_.ptr, out_elems_ * 2, cudaMemcpyDeviceToHost),
+        "cudaMemcpy(out)");
+  check(cudaMemcpy(lse->data(), lse_.ptr, lse_elems_ * 4, cudaMemcpyDeviceToHost),
+        "cudaMemcpy(lse)");
+}
+
+}  // namespace treeattn
