@@ -303,8 +303,8 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
         for (int e = 0; e < 4; ++e) s_acc[n][e] = 0.f;
       if constexpr (C::USE_WGMMA) {
         // A fresh copy of Q per tile (q_frag ^ zero, the zero opaque to the compiler): with the
-        // loop-invariant fragment itself as the A operand, ptxas (CUDA 13.0) reuses its registers
-        // after the first tile's MMAs. All copies are made before the MMAs are issued.
+        // loop-invariant fragment itself as the A operand, ptxas reuses its registers after the
+        // first tile's MMAs (bench/NOTES.md, Generation 1.2). All copies are made before the MMAs are issued.
         const uint32_t q_zero = static_cast<uint32_t>(item.kv_tokens) >> 31;  // kv_tokens >= 0
         uint32_t qa[KS][4];
 #pragma unroll
@@ -424,8 +424,8 @@ constexpr int kMergeThreads = 256;
 /// merge slots were written by the attention kernel. Each thread owns (head, 8-element chunk)
 /// pairs. Two passes over the query's slots, both in slot order (deterministic, no atomics):
 /// the max LSE, then the exp-weighted sum of the partial outputs. The loads of one pass do not
-/// depend on each other, so they overlap (a fold through merge_weights chained every slot's
-/// loads behind the previous slot's exp/log: ~0.6 us per slot on an H100). Empty partials
+/// depend on each other, so they overlap (bench/NOTES.md, "v3 (lead, end of session)", has the
+/// fold this replaced). Empty partials
 /// (lse = -inf) get weight 0 and are never read; a query whose partials are all empty gets the
 /// empty state (o = 0, lse = -inf), never NaN.
 template <DType kDType, int kHeadDim>

@@ -3,9 +3,12 @@
 // output or a partial (fp32 output + log-sum-exp) slot; per query, the slots to merge.
 //
 // Execution model (shared by the CPU executor and the CUDA kernels):
-//  * An item applies to every KV head: the GPU runs one CTA per (item, kv_head), packing the
+//  * An item applies to every KV head: the GPU runs it for each KV head (a kM16 CTA walks several
+//    KV heads of its item one after the other, a kM64/kM128 CTA takes one), packing the
 //    `group = num_qo_heads / num_kv_heads` query heads of each of its queries into the MMA M
-//    dimension (row r*group + h <-> query rows[row_begin + r], qo head kv_head*group + h).
+//    dimension (row r*group + h <-> query rows[row_begin + r], qo head kv_head*group + h), on
+//    mma.sync, on wgmma per warpgroup (sm_90a), or on the warp-specialized Hopper kernel for long
+//    grouped items (include/treeattn/kernels/decode.h, GroupedKernel).
 //  * Every row of an item attends every token of every range of the item, except where the item
 //    has masks: then range j is seen only by rows whose bit is set in masks[mask_begin + j]
 //    (bit r = item row r; items with masks have at most 64 rows).

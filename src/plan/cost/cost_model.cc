@@ -12,7 +12,7 @@
 // and tokens rounded up to 64. The latency floor: one CTA cannot stream its KV faster than one
 // kernel tile per tile_latency (per 64 tokens for kM16-deep and kM64, tile_latency_m128_us for
 // kM128, per 32 tokens for wide kM16: the chain of cp.async waits, MMAs and softmax of a tile,
-// measured on the H100 as ~1.3 us per 64-token kM128 tile however few CTAs share an SM).
+// which does not shrink however few CTAs share an SM; docs/cost_model.md has the fitted values).
 // A masked item (DeFT masks) pays the kernel's per-score mask test: its CTA time is scaled by
 // 1 + mask_penalty (kM64/kM128) or 1 + mask_penalty_m16 (kM16).
 // Tile sizes and which kM16 variant runs come from the kernels' tile policy

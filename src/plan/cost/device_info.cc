@@ -1,9 +1,6 @@
 // DeviceInfo presets. H100 and H200 carry the kernel terms fitted to H100 measurements (see
 // set_h100_fit). Bandwidth and tensor-core figures are achievable (measured) ceilings, not
-// datasheet peaks: H100 80GB HBM3 measured 2026-11-22 (HBM read 3.04 TB/s as an fp16 sum over
-// 2 GiB, cuBLAS fp16 8192^3 757 TFLOP/s; bench/NOTES.md has treeattn's own measurement, 3.07 TB/s
-// and 752 TFLOP/s), H200 measured the same way (4.20 TB/s, 762 TFLOP/s), A100 typical (1.6 TB/s,
-// 290 TFLOP/s).
+// datasheet peaks; docs/cost_model.md says where each value comes from.
 #include "treeattn/plan/cost/device_info.h"
 
 #include <algorithm>
@@ -31,13 +28,9 @@ void set_h100_latency(DeviceInfo* d) {
   d->merge_round_trips = 4;     // merge list bounds -> slots -> LSEs -> partials
 }
 
-/// The kernel-dependent terms fitted by tools/calibrate_cost_model.py to
-/// bench/results/h100-2026-11-23-allplanners.json (919 results: the FastTree and PAT sets x 8
-/// planners, H100, fp16, kernels of 2026-11-23 with wgmma, the mask skip and the lane-per-row
-/// loader; query on the FastTree set only): |log(estimate / measured)| median 0.125, p90 0.32, max
-/// 0.83, rms 0.196 (the previous fit on these results: median 0.223, p90 0.56, rms 0.329; without
-/// cta_bw_factor: median 0.135, rms 0.238). Bandwidth and tensor-core rate stay the measured
-/// ceilings. Re-fit after kernel changes (docs/cost_model.md).
+/// The kernel-dependent terms fitted by tools/calibrate_cost_model.py to an all-planner H100 run
+/// (bench/results/h100-2026-11-23-allplanners.json; docs/cost_model.md has the fit and its error).
+/// Bandwidth and tensor-core rate stay the measured ceilings. Re-fit after kernel changes.
 void set_h100_fit(DeviceInfo* d) {
   d->launch_overhead_us = 5.045;  // per attention launch (with PDL: mostly the first CTA's chain)
   d->merge_launch_us = 9.032;     // the merge launch and its first CTAs' chain
