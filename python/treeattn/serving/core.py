@@ -108,7 +108,7 @@ class ServingCore:
             self.plan = old.update(new)
             return True
         p = self._plan(new.tree, self.headroom)
-        p._tree_ref = new._tree_ref  # same tree version as `new`
+        p._made_from = new._made_from  # same tree version as `new`
         p.to_device(self.device)
         self.plans[key] = self.plan = p
         return old is None and key is None
