@@ -208,18 +208,22 @@ def test_graphs_and_extra_arguments_refused(backend_cls, monkeypatch):
         ATTENTION_BACKENDS["treeattn"](runner)
 
 
-def test_config_from_env_and_file(tmp_path):
+def test_config_prefill_key(tmp_path):
+    """The SGLang plugin's settings: the shared reader (treeattn.integrations._common) under the
+    TREEATTN_SGLANG prefix, plus the 'prefill' backend name from the file or the variable."""
+    assert plugin.load_config({}) == {"planner": "auto", "preset": None, "headroom": 2.0,
+                                      "prefill": None}
     f = tmp_path / "treeattn.json"
-    f.write_text(json.dumps({"planner": "query", "headroom": 3, "prefill": "triton"}))
-    cfg = plugin.load_config({"TREEATTN_SGLANG_CONFIG": str(f), "TREEATTN_SGLANG_PRESET": "h200"})
-    assert cfg == {"planner": "query", "preset": "h200", "headroom": 3.0, "prefill": "triton"}
-    assert plugin.load_config({})["prefill"] is None
-    with pytest.raises(ValueError, match="TREEATTN_SGLANG_PLANNER"):
-        plugin.load_config({"TREEATTN_SGLANG_PLANNER": "nope"})
+    f.write_text(json.dumps({"prefill": "triton", "preset": "a100"}))
+    env = {"TREEATTN_SGLANG_CONFIG": str(f), "TREEATTN_SGLANG_PLANNER": "query"}
+    assert plugin.load_config(env) == {"planner": "query", "preset": "a100", "headroom": 2.0,
+                                       "prefill": "triton"}
+    env["TREEATTN_SGLANG_PREFILL"] = "fa3"
+    assert plugin.load_config(env)["prefill"] == "fa3"
     with pytest.raises(ValueError, match="TREEATTN_SGLANG_HEADROOM"):
         plugin.load_config({"TREEATTN_SGLANG_HEADROOM": "0.5"})
     f.write_text(json.dumps({"prefil": "triton"}))
-    with pytest.raises(ValueError, match="unknown keys"):
+    with pytest.raises(ValueError, match=r"TREEATTN_SGLANG_CONFIG: unknown keys \['prefil'\]"):
         plugin.load_config({"TREEATTN_SGLANG_CONFIG": str(f)})
 
 

@@ -60,7 +60,7 @@ def page_table(req_to_token: Any, req_pool_indices: Any, seq_lens: Any,
     n = int(req_to_token.shape[0])
     # gather with clamped indices; range checked on the host copy (no extra synchronization)
     first = req_to_token[idx.clamp(0, n - 1), 0:cols * P:P]
-    host = torch.cat([first.to(torch.int64), idx[:, None]], 1).cpu().numpy()
+    host = torch.cat([first, idx[:, None].to(first.dtype)], 1).cpu().numpy()
     slots, ids = host[:, :-1], host[:, -1]
     if (ids < 0).any() or (ids >= n).any():
         r = int(np.argmax((ids < 0) | (ids >= n)))
