@@ -20,7 +20,8 @@ from treeattn.serving import ServingCore, TreeSync
 P = 16
 
 
-def batch(rows: int, ctx: int):
+def batch(rows: int, ctx: int, P: int = P):
+    """(block tables [rows, pages], lengths, pages used) with room for 64 more pages a row."""
     npg = (ctx + P - 1) // P + 64
     sp, mid = ctx // 2 // P, ctx // 4 // P
     bt = np.zeros((rows, npg), np.int32)

@@ -11,6 +11,10 @@
 #   6. the vLLM contract tests: tools/setup_vllm.sh (.venv-vllm, vllm==0.33.0, kept between runs;
 #      ~11 min and ~9.4 GB the first time on 2 cores, ~3 min to rebuild treeattn into it, seconds
 #      when nothing changed) and tests/integrations (~30 s). SKIP_VLLM=1 skips this step.
+#      Then the SGLang contract tests: tools/setup_sglang.sh (.venv-sglang, sglang==0.5.23, kept
+#      between runs; ~11 min and ~11 GB the first time on 2 cores, ~2 min to rebuild treeattn into
+#      it, seconds when nothing changed) and test_sglang_contract.py (~30 s). SKIP_SGLANG=1 skips
+#      them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -69,5 +73,11 @@ echo "== [5/6] python package"
 echo "== [6/6] vLLM contract tests"
 if [ "${SKIP_VLLM:-0}" != 1 ]; then
   bash tools/setup_vllm.sh
-  .venv-vllm/bin/python -m pytest tests/integrations -q -p no:cacheprovider
+  .venv-vllm/bin/python -m pytest tests/integrations/test_vllm_contract.py -q -p no:cacheprovider
+fi
+echo "== [6/6] SGLang contract tests"
+if [ "${SKIP_SGLANG:-0}" != 1 ]; then
+  bash tools/setup_sglang.sh
+  .venv-sglang/bin/python -m pytest tests/integrations/test_sglang_contract.py -q \
+    -p no:cacheprovider
 fi

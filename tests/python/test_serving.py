@@ -22,11 +22,14 @@ class Batch:
     """Requests over a KVCache (no tensors): shared prompts, forks, finishes; rows as an engine's
     persistent batch keeps them (a finished row is filled by the last one, vLLM's condense)."""
 
-    def __init__(self, seed: int, num_pages: int = 4000):
+    def __init__(self, seed: int, num_pages: int = 4000, page_size: int = P):
         self.rng = np.random.default_rng(seed)
-        self.kv = KVCache(1, num_pages, P, 1, 8, allocate=False)
+        self.P = page_size
+        self.kv = KVCache(1, num_pages, page_size, 1, 8, allocate=False)
         self.rows: list = []
         self.prompts = [list(self.rng.integers(0, 50, 23)) for _ in range(3)]
+        self.pool_index: dict = {}  # sid -> row of token_table()
+        self.free_index = list(range(1, 129))
 
     def join(self):
         base = self.prompts[int(self.rng.integers(0, 3))]
@@ -53,12 +56,33 @@ class Batch:
 
     def tables(self, pad: int = 0):
         lens = [self.kv.length(s) for s in self.rows] + [0] * pad
-        width = max((n + P - 1) // P for n in lens) + 2
+        width = max((n + self.P - 1) // self.P for n in lens) + 2
         bt = np.zeros((len(lens), width), np.int32)
         for r, s in enumerate(self.rows):
             pages = self.kv.block_table(s)
             bt[r, : len(pages)] = pages
         return bt, np.array(lens, np.int64)
+
+    def token_table(self):
+        """The same rows as SGLang holds them: req_to_token [129, width] int32 with the slot
+        (page * page_size + offset) of every token of a request at its pool index (kept while
+        it runs, taken at random; row 0 is SGLang's padding row), stale slots past each length;
+        returns (req_to_token, req_pool_indices, seq_lens)."""
+        live = set(self.rows)
+        for sid in [s for s in self.pool_index if s not in live]:
+            self.free_index.append(self.pool_index.pop(sid))
+        for sid in self.rows:
+            if sid not in self.pool_index:
+                i = int(self.rng.integers(0, len(self.free_index)))
+                self.pool_index[sid] = self.free_index.pop(i)
+        lens = np.array([self.kv.length(s) for s in self.rows], np.int64)
+        P, width = self.P, int(lens.max()) + 3
+        table = self.rng.integers(0, self.kv.num_pages * P, (129, width)).astype(np.int32)
+        for s, n in zip(self.rows, lens):
+            t = np.arange(n)
+            table[self.pool_index[s], :n] = np.asarray(self.kv.block_table(s))[t // P] * P + t % P
+        idx = np.array([self.pool_index[s] for s in self.rows], np.int64)
+        return table, idx, lens
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -1,7 +1,8 @@
 """treeattn.serving on a GPU (marker gpu; skipped without CUDA): the core on vLLM-shaped block
-tables and vLLM's packed KV cache (both stride orders), against the float64 oracle, with one
-CUDA graph captured on the first step and replayed on later steps whose trees change (appends,
-a finished request, a join, padding rows), the metadata refreshed by prepare() in place."""
+tables and vLLM's packed KV cache (both stride orders), and on SGLang-shaped token tables
+(req_to_token, page size 1 and 16, token- and page-major pools), against the float64 oracle,
+with CUDA graphs captured once and replayed on later steps whose trees change (appends, a
+finished request, a join, forks, padding rows), the metadata refreshed by prepare() in place."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import treeattn
 from conftest import numpy_oracle
 from test_serving import P, Batch
 from treeattn.serving import ServingCore, split_packed_kv
+from treeattn.serving.token_table import page_table
 
 pytestmark = pytest.mark.gpu
 if not (torch.cuda.is_available() and treeattn.built_with_cuda):
@@ -55,3 +57,56 @@ def test_graph_replay_across_changing_trees(layout, dtype):
                               v.float().cpu().numpy(), bt[real], lens[real])
         np.testing.assert_allclose(out.float().cpu().numpy()[real], ref, atol=2e-2)
     assert replays == 40 and core.sync.counts["incremental"] > 0
+
+
+@pytest.mark.parametrize("page_size,layout", [(1, "nhd"), (16, "nhd"), (16, "hnd")])
+@pytest.mark.parametrize("graph", [False, True])
+def test_token_tables_page_size_one_and_paged(page_size, layout, graph):
+    """SGLang's shape: req_to_token rows of token slots on the GPU (page_table: one gather, one
+    copy), its token-major pool [slots, heads, dim] (nhd; at page size 1 a page is one slot)
+    or page-major pool [pages, heads, page_size, dim] (hnd), eager steps or one CUDA graph per
+    batch size replayed while the trees change."""
+    H, Hk, D, slots, dtype = 8, 2, 128, 16384, torch.float16
+    P = page_size
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    if layout == "nhd":
+        pool_k = torch.rand(slots, Hk, D, device="cuda", generator=gen, dtype=dtype) - 0.5
+        pool_v = torch.rand(slots, Hk, D, device="cuda", generator=gen, dtype=dtype) - 0.5
+        k, v = pool_k.view(slots // P, P, Hk, D), pool_v.view(slots // P, P, Hk, D)
+    else:
+        pool_k = torch.rand(slots // P, Hk, P, D, device="cuda", generator=gen, dtype=dtype) - .5
+        pool_v = torch.rand(slots // P, Hk, P, D, device="cuda", generator=gen, dtype=dtype) - .5
+        k, v = pool_k.transpose(1, 2), pool_v.transpose(1, 2)
+    core = ServingCore(H, Hk, D, P, num_pages=slots // P, device="cuda", headroom=4.0,
+                       verify=True)
+    b = Batch(3, num_pages=slots // P, page_size=P)
+    graphs: dict = {}
+    for _ in range(30):
+        b.step(fork=True)
+        table, idx, lens = b.token_table()
+        bt, lens = page_table(torch.from_numpy(table).cuda(), torch.from_numpy(idx).cuda(),
+                              lens, P)
+        rows = len(lens)
+        q = torch.rand(rows, H, D, device="cuda", generator=gen, dtype=dtype) - 0.5
+        out = torch.empty_like(q)
+        if not graph:
+            core.prepare(bt, lens)
+            core.decode(q, k, v, out=out)
+        else:
+            fresh = not core.prepare(bt, lens, key=rows)
+            if rows not in graphs or fresh:
+                core.decode(q, k, v, out=out)  # first use of the key's workspace
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    core.decode(q, k, v, out=out)
+                graphs[rows] = (g, q, out)
+            g, gq, gout = graphs[rows]
+            gq.copy_(q)
+            g.replay()
+            out = gout
+        torch.cuda.synchronize()
+        ref, _ = numpy_oracle(q.float().cpu().numpy(), k.float().cpu().numpy(),
+                              v.float().cpu().numpy(), bt, lens)
+        np.testing.assert_allclose(out.float().cpu().numpy(), ref, atol=2e-2)
+    assert core.sync.counts["incremental"] > 0, core.sync.counts

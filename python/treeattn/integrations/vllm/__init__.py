@@ -17,9 +17,9 @@ Configuration (vLLM passes none to a backend): environment variables, else a JSO
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any, Dict
+
+from .. import _common
 
 BACKEND_PATH = "treeattn.integrations.vllm.backend.TreeAttnBackend"
 
@@ -36,52 +36,7 @@ def register() -> None:
     register_backend(custom, BACKEND_PATH)
 
 
-_KEYS = {"planner": str, "preset": str, "headroom": float}
-
-
 def load_config(environ: Any = None) -> Dict[str, Any]:
     """The plugin's settings: TREEATTN_VLLM_* variables over the JSON file TREEATTN_VLLM_CONFIG
     over the defaults. Raises ValueError naming the variable or file on a bad value."""
-    env = os.environ if environ is None else environ
-    cfg: Dict[str, Any] = {"planner": "auto", "preset": None, "headroom": 2.0}
-    path = env.get("TREEATTN_VLLM_CONFIG")
-    if path:
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"TREEATTN_VLLM_CONFIG: cannot read {path!r}: {e}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"TREEATTN_VLLM_CONFIG: {path!r} must hold a JSON object")
-        unknown = sorted(set(data) - set(_KEYS))
-        if unknown:
-            raise ValueError(f"TREEATTN_VLLM_CONFIG: unknown keys {unknown} in {path!r}, "
-                             f"expected {sorted(_KEYS)}")
-        for k, v in data.items():
-            cfg[k] = _convert(f"TREEATTN_VLLM_CONFIG[{k!r}]", k, v)
-    for k in _KEYS:
-        name = f"TREEATTN_VLLM_{k.upper()}"
-        if env.get(name):
-            cfg[k] = _convert(name, k, env[name])
-    return cfg
-
-
-def _convert(name: str, key: str, value: Any) -> Any:
-    import treeattn
-
-    if key == "headroom":
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name}: expected a number >= 1, got {value!r}") from None
-        if not v >= 1.0 or v != v or v == float("inf"):
-            raise ValueError(f"{name}: expected a number >= 1, got {value!r}")
-        return v
-    if not isinstance(value, str):
-        raise ValueError(f"{name}: expected a string, got {value!r}")
-    if key == "planner" and value not in treeattn.planners():
-        raise ValueError(f"{name}: unknown planner {value!r}, expected one of "
-                         f"{treeattn.planners()}")
-    if key == "preset" and value not in ("a100", "h100", "h200"):
-        raise ValueError(f"{name}: unknown preset {value!r}, expected a100, h100 or h200")
-    return value
+    return _common.load_config("TREEATTN_VLLM", environ)

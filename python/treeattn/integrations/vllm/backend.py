@@ -44,13 +44,11 @@ from vllm.v1.kv_cache_interface import KVCacheLayout
 
 import treeattn
 from treeattn.serving import ServingCore, split_packed_kv
+from .._common import HEAD_SIZES, preset_for
 
 from . import load_config
 
 __all__ = ["TreeAttnBackend", "TreeAttnImpl", "TreeAttnMetadata", "TreeAttnMetadataBuilder"]
-
-#: head sizes treeattn's CUDA kernels are compiled for
-HEAD_SIZES = [64, 128, 256]
 
 
 class TreeAttnBackend(AttentionBackend):
@@ -164,15 +162,6 @@ def _host(x: torch.Tensor) -> np.ndarray:
         return x.to("cpu").numpy()
 
 
-def _preset_for(device: torch.device) -> str:
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device).lower()
-        for p in ("h200", "h100", "a100"):
-            if p in name:
-                return p
-    return "h100"
-
-
 class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
     reorder_batch_threshold: int | None = 1
@@ -190,7 +179,7 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
         self.core = ServingCore(
             heads, kv_cache_spec.num_kv_heads, kv_cache_spec.head_size, self.page_size,
             num_pages=int(num_pages), device=device, planner=cfg["planner"],
-            preset=cfg["preset"] or _preset_for(torch.device(device)),
+            preset=cfg["preset"] or preset_for(device),
             kv_dtype=kv_cache_spec.dtype, headroom=cfg["headroom"])
         self._fa_builder = None
 
