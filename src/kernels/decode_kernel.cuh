@@ -304,7 +304,8 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       if constexpr (C::USE_WGMMA) {
         // A fresh copy of Q per tile (q_frag ^ zero, the zero opaque to the compiler): with the
         // loop-invariant fragment itself as the A operand, ptxas reuses its registers after the
-        // first tile's MMAs (bench/NOTES.md, Generation 1.2). All copies are made before the MMAs are issued.
+        // first tile's MMAs (bench/NOTES.md, Generation 1.2). All copies are made before the MMAs
+        // are issued.
         const uint32_t q_zero = static_cast<uint32_t>(item.kv_tokens) >> 31;  // kv_tokens >= 0
         uint32_t qa[KS][4];
 #pragma unroll

@@ -20,12 +20,13 @@
 //   boundaries are exactly the branch points and query ends. Nodes are numbered in creation
 //   order (id = index); every node starts on a page boundary (page_offset 0).
 // Table entries beyond ceil(L/P) are ignored and not checked (engines pad their tables).
+#include "treeattn/tree/block_tables.h"
+
 #include <limits>
 #include <unordered_map>
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
-#include "treeattn/tree/block_tables.h"
 
 namespace treeattn {
 

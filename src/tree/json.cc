@@ -1,6 +1,6 @@
-// The stable JSON tree format (include/treeattn/tree/json.h): a small hand-written, strict JSON reader (depth
-// limit, exact integer ranges, \u escapes, duplicate keys rejected in every object, errors naming
-// the JSON path such as "nodes[3].parent") and the writer tree_to_json().
+// The stable JSON tree format (include/treeattn/tree/json.h): a small hand-written, strict JSON
+// reader (depth limit, exact integer ranges, \u escapes, duplicate keys rejected in every object,
+// errors naming the JSON path such as "nodes[3].parent") and the writer tree_to_json().
 //
 // The reader is a single pass that fills the tree's own arrays: node fields, page ids as int32,
 // query node ids. Values it does not use ("dtype", "name", "comment") are checked and dropped;
@@ -21,6 +21,8 @@
 // "pages"), "free_pages" (top level), and the informational "dtype"/"name"/"comment" (ignored).
 // tree_to_json() always writes pages, page_offset and num_pages, so a round trip is exact for
 // live nodes (dead node slots are dropped). "queries" name nodes by their "id".
+#include "treeattn/tree/json.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -32,7 +34,6 @@
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
-#include "treeattn/tree/json.h"
 
 namespace treeattn {
 

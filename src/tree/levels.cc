@@ -1,13 +1,14 @@
 // Level-spec trees (the published workloads): parse_levels() reads one workload line
 // "N=1,4,16 C=1024,256,32 heads=32/8 page=32 dim=128 dtype=bf16" and tree_from_levels() builds
 // the regular tree it describes with the vLLM page layout (contiguous or shuffled pages).
+#include "treeattn/tree/levels.h"
+
 #include <cctype>
 #include <limits>
 #include <sstream>
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
-#include "treeattn/tree/levels.h"
 
 namespace treeattn {
 

@@ -3,12 +3,13 @@
 // edges (15/16/17 ... 127/128/129), one-token nodes and primes, queries on every leaf plus extra
 // queries on internal nodes and repeated queries on one node, optionally shuffled node indices,
 // and pages in the vLLM layout (contiguous or shuffled) with a few spare pages in free_pages.
+#include "treeattn/tree/random_tree.h"
+
 #include <algorithm>
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
 #include "treeattn/tree/levels.h"
-#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 

@@ -7,8 +7,8 @@
 #include <set>
 #include <tuple>
 
-#include "tree/generators.h"
 #include "test_tree_util.h"
+#include "tree/generators.h"
 #include "treeattn/common/error.h"
 #include "treeattn/tree/workloads.h"
 

@@ -58,10 +58,11 @@ struct ModelShape {
 };
 
 /// A forest of TreeNodes over paged KV, plus the decode queries attached to its nodes.
-/// Plain data: builders and updates live in the functions below and in tree/{levels,block_tables,json,random_tree}.h.
-/// Thread safety: like a standard container. Any number of threads may read one tree at once
-/// (make_plan, build_index, the oracle); an update (the members below, or writing a field) must
-/// not overlap any other use of the same tree. To plan while another thread updates, plan a copy.
+/// Plain data: builders and updates live in the functions below and in
+/// tree/{levels,block_tables,json,random_tree}.h. Thread safety: like a standard container. Any
+/// number of threads may read one tree at once (make_plan, build_index, the oracle); an update (the
+/// members below, or writing a field) must not overlap any other use of the same tree. To plan
+/// while another thread updates, plan a copy.
 struct PrefixTree {
   int32_t page_size = 16;           ///< P >= 1 tokens per page
   int32_t num_pages = 0;            ///< page ids must lie in [0, num_pages)
