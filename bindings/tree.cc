@@ -79,6 +79,43 @@ PrefixTree from_block_tables_array(const AnyArray& bt, const AnyArray& lens, Int
   return tree_from_block_tables(tables, seq_lens, page_size, num_pages);
 }
 
+/// `h` as T values in [lo, T's max]: a 1-D integer CPU array, or a sequence whose items int_arg
+/// takes; errors name `name` or `name[i]`.
+template <typename T>
+std::vector<T> int_list(nb::handle h, const char* name, T lo = std::numeric_limits<T>::min()) {
+  const T hi = std::numeric_limits<T>::max();
+  std::vector<T> out;
+  AnyArray a;
+  if (nb::try_cast(h, a, false)) {
+    check_int_array(a, name, 1);
+    out.resize(a.shape(0));
+    for (size_t i = 0; i < out.size(); ++i) {
+      const int64_t v = int_at(a, static_cast<int64_t>(i) * a.stride(0));
+      TA_CHECK_ARG(v >= lo && v <= hi, detail::concat(name, "[", i, "]"), v, " is out of range [",
+                   lo, ", ", hi, "]");
+      out[i] = static_cast<T>(v);
+    }
+  } else if (nb::isinstance<nb::sequence>(h) && !nb::isinstance<nb::str>(h) &&
+             !nb::isinstance<nb::bytes>(h)) {
+    const nb::sequence seq = nb::borrow<nb::sequence>(h);
+    out.reserve(nb::len(seq));
+    for (nb::handle item : seq) {
+      int overflow = 1;  // a plain int in range is taken directly; int_arg checks the rest
+      const long long v =
+          PyLong_CheckExact(item.ptr()) ? PyLong_AsLongLongAndOverflow(item.ptr(), &overflow) : 0;
+      if (overflow == 0 && v >= lo && v <= hi)
+        out.push_back(static_cast<T>(v));
+      else
+        out.push_back(int_arg<T>(detail::concat(name, "[", out.size(), "]").c_str(), item, lo, hi));
+    }
+  } else {
+    const std::string msg = std::string(name) + ": expected a 1-D integer array or a sequence " +
+                            "of ints, got " + nb::type_name(h.type()).c_str();
+    throw nb::type_error(msg.c_str());
+  }
+  return out;
+}
+
 /// Sets one field and validates the tree, restoring the old value when validation fails.
 template <typename T>
 void set_checked(PrefixTree& t, T PrefixTree::*field, const T& value) {
@@ -278,6 +315,35 @@ void register_tree(nb::module_& m) {
                   "collections.abc.Sequence[int] = []) -> None"),
           "Appends k tokens to a query (its leaf grows, or it forks into a new child). New "
           "pages come from new_pages, else from free_pages.")
+      .def(
+          "append_tokens_bulk",
+          [](PrefixTree& t, nb::handle queries, nb::handle counts, nb::handle page_ptr,
+             nb::handle new_pages) {
+            t.append_tokens_bulk(int_list<int32_t>(queries, "queries"),
+                                 int_list<int32_t>(counts, "counts"),
+                                 page_ptr.is_none() ? std::vector<int64_t>{}
+                                                    : int_list<int64_t>(page_ptr, "page_ptr", 0),
+                                 new_pages.is_none() ? std::vector<int32_t>{}
+                                                     : int_list<int32_t>(new_pages, "new_pages"));
+          },
+          nb::arg("queries").none(), nb::arg("counts").none(),
+          nb::arg("page_ptr").none() = nb::none(), nb::arg("new_pages").none() = nb::none(),
+          nb::sig("def append_tokens_bulk(self, queries: collections.abc.Sequence[int], counts: "
+                  "collections.abc.Sequence[int], page_ptr: collections.abc.Sequence[int] | None "
+                  "= None, new_pages: collections.abc.Sequence[int] | None = None) -> None"),
+          "Appends counts[i] tokens to query queries[i] for every i in one call (the same tree "
+          "as append_tokens per query, each query listed once). Pages from the pool, or query i "
+          "takes new_pages[page_ptr[i]:page_ptr[i + 1]], exactly the fresh pages it needs. "
+          "1-D integer arrays or sequences of ints; one pass over the tree for the whole step.")
+      .def(
+          "set_query_nodes",
+          [](PrefixTree& t, nb::handle nodes) {
+            t.set_query_nodes(int_list<int32_t>(nodes, "nodes"));
+          },
+          nb::arg("nodes").none(),
+          nb::sig("def set_query_nodes(self, nodes: collections.abc.Sequence[int]) -> None"),
+          "Replaces every query at once: query r sits on node index nodes[r]; nodes no query "
+          "uses any more are pruned (their pages go to free_pages). One pass over the tree.")
       .def(
           "add_query",
           [](PrefixTree& t, IntParam node) { return t.add_query(int_arg("node", node)); },

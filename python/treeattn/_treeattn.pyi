@@ -144,6 +144,16 @@ class PrefixTree:
         Appends k tokens to a query (its leaf grows, or it forks into a new child). New pages come from new_pages, else from free_pages.
         """
 
+    def append_tokens_bulk(self, queries: Sequence[int], counts: Sequence[int], page_ptr: Sequence[int] | None = None, new_pages: Sequence[int] | None = None) -> None:
+        """
+        Appends counts[i] tokens to query queries[i] for every i in one call (the same tree as append_tokens per query, each query listed once). Pages from the pool, or query i takes new_pages[page_ptr[i]:page_ptr[i + 1]], exactly the fresh pages it needs. 1-D integer arrays or sequences of ints; one pass over the tree for the whole step.
+        """
+
+    def set_query_nodes(self, nodes: Sequence[int]) -> None:
+        """
+        Replaces every query at once: query r sits on node index nodes[r]; nodes no query uses any more are pruned (their pages go to free_pages). One pass over the tree.
+        """
+
     def add_query(self, node: int) -> int:
         """Adds a query on node index `node`; returns its query index."""
 

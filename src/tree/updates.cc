@@ -1,6 +1,8 @@
 // PrefixTree updates as a decode server applies them: append tokens to a query (grow its leaf in
-// place, or fork a copy-on-write child), add a query, remove a query (pruning what no query uses
-// and returning its pages to the free-page pool), fork a query, and the checked num_pages setter.
+// place, or fork a copy-on-write child) or to many queries in one call, add a query, remove a
+// query (pruning what no query uses and returning its pages to the free-page pool), replace every
+// query's node at once (a whole step's finished, joining and moved requests), fork a query, and
+// the checked num_pages setter.
 //
 // Page rules:
 //  * Growing a node fills the free slots of its last page first, then takes fresh pages.
@@ -15,7 +17,8 @@
 //
 // Every update (set_num_pages included) runs all its checks, then allocates what it needs, and
 // only then changes the tree, so an error leaves the tree as it was (version included). Each
-// costs O(nodes + queries + pages listed) at most, times log(new pages) where pages are given.
+// costs O(nodes + queries + pages listed + pool) at most, times log(new or freed pages), once per
+// call: the bulk forms pay it once for a whole step.
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -112,79 +115,230 @@ void remove_from_pool(PrefixTree& t, const std::vector<int32_t>& taken, bool fro
       t.free_pages.end());
 }
 
-int64_t node_start(const PrefixTree& t, int32_t v) {
-  int64_t s = 0;
-  size_t steps = 0;
-  for (int32_t p = t.nodes[v].parent; p != kNoParent; p = t.nodes[p].parent) {
-    TA_CHECK_ARG(p >= 0 && p < static_cast<int32_t>(t.nodes.size()) && ++steps <= t.nodes.size(),
-                 detail::concat("nodes[", v, "]"), "parent chain is broken or cyclic (validate())");
-    s += t.nodes[p].tokens;
+// Absolute position of token 0 of every node reachable from a root (-1 for the others: dead,
+// or on a broken or cyclic parent chain), from one preorder pass.
+std::vector<int64_t> node_starts(const PrefixTree& t) {
+  std::vector<int64_t> start(t.nodes.size(), -1);
+  for (const int32_t v : detail::preorder_of(t)) {
+    const int32_t p = t.nodes[v].parent;
+    start[v] = p == kNoParent ? 0 : start[p] + t.nodes[p].tokens;
   }
-  return s;
+  return start;
+}
+
+// Appends counts[i] tokens to query queries[i] for every i (append_tokens when `page_ptr` is
+// null: one query, `given` holds at least the pages it needs, extra ones ignored;
+// append_tokens_bulk otherwise: `given` split by *page_ptr, exactly the pages each query needs,
+// or both empty for the pool). Every check runs before the first change.
+void append_many(PrefixTree& t, const std::vector<int32_t>& queries,
+                 const std::vector<int32_t>& counts, const std::vector<int64_t>* page_ptr,
+                 const std::vector<int32_t>& given) {
+  const bool bulk = page_ptr != nullptr;
+  const auto q_name = [&](size_t i) {
+    return bulk ? detail::concat("queries[", i, "]") : std::string("q");
+  };
+  const auto k_name = [&](size_t i) {
+    return bulk ? detail::concat("counts[", i, "]") : std::string("k");
+  };
+  const size_t n = queries.size();
+  TA_CHECK_ARG(counts.size() == n, "counts", "expected ", n, " entries (one per query), got ",
+               counts.size());
+  const bool from_pool = given.empty() && (!bulk || page_ptr->empty());
+  if (bulk && !from_pool) {
+    const std::vector<int64_t>& ptr = *page_ptr;
+    TA_CHECK_ARG(ptr.size() == n + 1, "page_ptr", "expected ", n + 1,
+                 " offsets (queries + 1), got ", ptr.size());
+    TA_CHECK_ARG(ptr[0] == 0, "page_ptr", "must start at 0, got ", ptr[0]);
+    for (size_t i = 0; i < n; ++i)
+      TA_CHECK_ARG(ptr[i] <= ptr[i + 1], detail::concat("page_ptr[", i + 1, "]"), ptr[i + 1],
+                   " is below page_ptr[", i, "] = ", ptr[i]);
+    TA_CHECK_ARG(ptr[n] == static_cast<int64_t>(given.size()), "page_ptr",
+                 "must end at len(new_pages) = ", given.size(), ", got ", ptr[n]);
+  }
+  check_page_size(t.page_size, "page_size");
+  if (n == 0) return;
+  const int64_t P = t.page_size;
+  const int32_t num_nodes = static_cast<int32_t>(t.nodes.size());
+  // One pass over the tree: live children and queries per node (for one query, of its node
+  // only), and the totals the limits need.
+  std::vector<int32_t> children(bulk ? num_nodes : 0, 0), on_node(bulk ? num_nodes : 0, 0);
+  const int32_t x = !bulk && queries[0] >= 0 && queries[0] < t.num_queries()
+                        ? t.query_node[queries[0]]
+                        : kNoParent;
+  int32_t x_children = 0, x_queries = 0;
+  int64_t tokens = 0, listed = 0, max_id = std::numeric_limits<int64_t>::min();
+  for (const TreeNode& nd : t.nodes) {
+    max_id = std::max(max_id, nd.id);
+    if (!nd.alive) continue;
+    tokens += nd.tokens;
+    listed += static_cast<int64_t>(nd.pages.size());
+    if (!bulk)
+      x_children += nd.parent == x && x != kNoParent;
+    else if (nd.parent >= 0 && nd.parent < num_nodes)
+      ++children[nd.parent];
+  }
+  for (const int32_t v : t.query_node) {
+    if (!bulk)
+      x_queries += v == x;
+    else if (v >= 0 && v < num_nodes)
+      ++on_node[v];
+  }
+  std::vector<char> listed_query(bulk ? t.query_node.size() : 0, 0);
+  std::vector<char> grow(n);
+  int64_t appended = 0, forks = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t q = queries[i];
+    TA_CHECK_ARG(q >= 0 && q < t.num_queries(), q_name(i), "query index ", q, " out of range [0, ",
+                 t.num_queries(), ")");
+    const int32_t v = t.query_node[q];
+    TA_CHECK_ARG(v >= 0 && v < num_nodes && t.nodes[v].alive, q_name(i), "query ", q,
+                 " sits on node index ", v, " which is unknown or dead");
+    if (bulk) {
+      TA_CHECK_ARG(!listed_query[q], q_name(i), "query ", q, " is listed twice");
+      listed_query[q] = 1;
+    }
+    TA_CHECK_ARG(counts[i] >= 1, k_name(i), "must be >= 1, got ", counts[i]);
+    appended += counts[i];
+    grow[i] = bulk ? children[v] == 0 && on_node[v] == 1 : x_children == 0 && x_queries == 1;
+    if (grow[i]) {
+      TA_CHECK_ARG(int64_t{t.nodes[v].tokens} + counts[i] <= std::numeric_limits<int32_t>::max(),
+                   k_name(i), "node would exceed 2^31-1 tokens");
+    } else {
+      ++forks;
+    }
+  }
+  const char* total_name = bulk ? "counts" : "k";
+  TA_CHECK_ARG(tokens + appended <= kMaxTreeTokens, total_name, "appending ", appended,
+               " tokens would make ", tokens + appended,
+               " tokens over live nodes, above the limit kMaxTreeTokens=", kMaxTreeTokens);
+  std::vector<int64_t> start;  // per node, only when some query forks
+  if (forks > 0) {
+    TA_CHECK_ARG(num_nodes + forks <= kMaxTreeNodes, "nodes", "tree has ", num_nodes,
+                 " node slots and the appends add ", forks,
+                 ", the limit kMaxTreeNodes=", kMaxTreeNodes);
+    TA_CHECK_ARG(max_id <= std::numeric_limits<int64_t>::max() - forks, "nodes", "no free node id");
+    check_path_depth_sum(t, forks, bulk ? "queries" : "q");  // each fork lengthens a path by one
+    start = node_starts(t);
+  }
+  // Fresh pages per query: a grown node fills its last page first; a forked child starts at
+  // slot (start + tokens of its parent) % P of a fresh page.
+  std::vector<int64_t> need(n);
+  std::vector<int32_t> child_offset(n, 0);
+  int64_t total_need = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t v = t.query_node[queries[i]];
+    const TreeNode& nd = t.nodes[v];
+    if (grow[i]) {
+      const int64_t used = int64_t{nd.page_offset} + nd.tokens;
+      need[i] = ceil_div(used + counts[i], P) - ceil_div(used, P);
+    } else {
+      TA_CHECK_ARG(start[v] >= 0, detail::concat("nodes[", v, "]"),
+                   "parent chain is broken or cyclic (validate())");
+      child_offset[i] = static_cast<int32_t>((start[v] + nd.tokens) % P);
+      need[i] = ceil_div(int64_t{child_offset[i]} + counts[i], P);
+    }
+    total_need += need[i];
+    if (bulk && !from_pool) {
+      const int64_t got = (*page_ptr)[i + 1] - (*page_ptr)[i];
+      TA_CHECK_ARG(got == need[i], "new_pages", "query ", queries[i], " (", q_name(i), ") appends ",
+                   counts[i], " tokens ", grow[i] ? "to its leaf" : "in a new child node",
+                   " and needs exactly ", need[i], " fresh pages, page_ptr gives it ", got);
+    }
+  }
+  TA_CHECK_ARG(listed + total_need <= kMaxTreePages, total_name, "appending ", appended,
+               " tokens would make ", listed + total_need,
+               " page ids listed by live nodes, above the limit kMaxTreePages=", kMaxTreePages);
+  const std::vector<int32_t> fresh = pages_to_take(t, total_need, given);
+  // Everything is checked; allocate before the first change so that none can fail half-way.
+  std::vector<TreeNode> children_made(static_cast<size_t>(forks));
+  size_t c = 0, at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t v = t.query_node[queries[i]];
+    const auto first = fresh.begin() + static_cast<std::ptrdiff_t>(at);
+    at += static_cast<size_t>(need[i]);
+    if (grow[i]) {
+      t.nodes[v].pages.reserve(t.nodes[v].pages.size() + need[i]);
+    } else {
+      TreeNode& child = children_made[c++];
+      child.id = max_id + static_cast<int64_t>(c);
+      child.parent = v;
+      child.tokens = counts[i];
+      child.page_offset = child_offset[i];
+      child.pages.assign(first, first + need[i]);
+    }
+  }
+  t.nodes.reserve(t.nodes.size() + children_made.size());
+  remove_from_pool(t, fresh, from_pool);
+  c = at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t v = t.query_node[queries[i]];
+    const auto first = fresh.begin() + static_cast<std::ptrdiff_t>(at);
+    at += static_cast<size_t>(need[i]);
+    if (grow[i]) {
+      t.nodes[v].tokens += counts[i];
+      t.nodes[v].pages.insert(t.nodes[v].pages.end(), first, first + need[i]);
+    } else {
+      t.nodes.push_back(std::move(children_made[c++]));
+      t.query_node[queries[i]] = static_cast<int32_t>(t.nodes.size()) - 1;
+    }
+  }
+  ++t.version;
+}
+
+// Makes `qnodes` (live node indices, checked by the caller) the queries and prunes the nodes no
+// query uses: they die and their pages go back to free_pages once, unless a surviving node still
+// lists them (a copy-on-write sibling) or the pool already does. O(nodes + queries) plus, when
+// something is pruned, O((pages listed + pool) log pruned pages).
+void replace_queries(PrefixTree& t, std::vector<int32_t> qnodes) {
+  const int32_t n = static_cast<int32_t>(t.nodes.size());
+  std::vector<char> used(n, 0);
+  for (const int32_t q : qnodes)
+    for (int32_t v = q; v >= 0 && v < n && !used[v]; v = t.nodes[v].parent) used[v] = 1;
+  std::vector<int32_t> freed;
+  for (int32_t i = 0; i < n; ++i)
+    if (t.nodes[i].alive && !used[i])
+      freed.insert(freed.end(), t.nodes[i].pages.begin(), t.nodes[i].pages.end());
+  if (!freed.empty()) {
+    std::sort(freed.begin(), freed.end());
+    freed.erase(std::unique(freed.begin(), freed.end()), freed.end());
+    std::vector<char> busy(freed.size(), 0);
+    const auto mark = [&](int32_t p) {
+      if (p < freed.front() || p > freed.back()) return;
+      const auto it = std::lower_bound(freed.begin(), freed.end(), p);
+      if (it != freed.end() && *it == p) busy[it - freed.begin()] = 1;
+    };
+    for (int32_t i = 0; i < n; ++i)
+      if (t.nodes[i].alive && used[i])
+        for (const int32_t p : t.nodes[i].pages) mark(p);
+    for (const int32_t p : t.free_pages) mark(p);
+    size_t kept = 0;
+    for (size_t k = 0; k < freed.size(); ++k)
+      if (!busy[k]) freed[kept++] = freed[k];
+    freed.resize(kept);
+  }
+  t.free_pages.reserve(t.free_pages.size() + freed.size());
+  // Only non-allocating changes from here on.
+  t.query_node.swap(qnodes);
+  for (int32_t i = 0; i < n; ++i) {
+    if (!t.nodes[i].alive || used[i]) continue;
+    t.nodes[i].alive = false;
+    t.nodes[i].pages.clear();
+  }
+  t.free_pages.insert(t.free_pages.end(), freed.begin(), freed.end());
+  ++t.version;
 }
 
 }  // namespace
 
 void PrefixTree::append_tokens(int32_t q, int32_t k, const std::vector<int32_t>& new_pages) {
-  check_query(*this, q);
-  check_page_size(page_size, "page_size");
-  TA_CHECK_ARG(k >= 1, "k", "must be >= 1, got ", k);
-  const int32_t x = query_node[q];
-  const int64_t P = page_size;
-  bool leaf = true;
-  int64_t tokens = 0, listed = 0;
-  for (const TreeNode& nd : nodes) {
-    if (!nd.alive) continue;
-    leaf = leaf && nd.parent != x;
-    tokens += nd.tokens;
-    listed += static_cast<int64_t>(nd.pages.size());
-  }
-  TA_CHECK_ARG(tokens + k <= kMaxTreeTokens, "k", "appending ", k, " tokens would make ",
-               tokens + k,
-               " tokens over live nodes, above the limit kMaxTreeTokens=", kMaxTreeTokens);
-  const bool alone = std::count(query_node.begin(), query_node.end(), x) == 1;
-  const TreeNode& node = nodes[x];
-  const bool grow = leaf && alone;
-  int64_t need = 0;
-  TreeNode child;
-  if (grow) {
-    TA_CHECK_ARG(int64_t{node.tokens} + k <= std::numeric_limits<int32_t>::max(), "k",
-                 "node would exceed 2^31-1 tokens");
-    const int64_t used = int64_t{node.page_offset} + node.tokens;
-    need = ceil_div(used + k, P) - ceil_div(used, P);
-  } else {
-    TA_CHECK_ARG(static_cast<int64_t>(nodes.size()) < kMaxTreeNodes, "nodes", "tree has ",
-                 nodes.size(), " node slots, the limit kMaxTreeNodes=", kMaxTreeNodes);
-    int64_t max_id = std::numeric_limits<int64_t>::min();
-    for (const TreeNode& nd : nodes) max_id = std::max(max_id, nd.id);
-    TA_CHECK_ARG(max_id < std::numeric_limits<int64_t>::max(), "nodes", "no free node id");
-    check_path_depth_sum(*this, 1, "q");  // q's path gains the new child
-    child.id = max_id + 1;
-    child.parent = x;
-    child.tokens = k;
-    child.page_offset = static_cast<int32_t>((node_start(*this, x) + node.tokens) % P);
-    need = ceil_div(int64_t{child.page_offset} + k, P);
-  }
-  TA_CHECK_ARG(listed + need <= kMaxTreePages, "k", "appending ", k, " tokens would make ",
-               listed + need,
-               " page ids listed by live nodes, above the limit kMaxTreePages=", kMaxTreePages);
-  std::vector<int32_t> fresh = pages_to_take(*this, need, new_pages);
-  // Everything is checked; allocate before the first change so that none can fail half-way.
-  if (grow) {
-    nodes[x].pages.reserve(nodes[x].pages.size() + fresh.size());
-  } else {
-    nodes.reserve(nodes.size() + 1);
-    child.pages = fresh;
-  }
-  remove_from_pool(*this, fresh, new_pages.empty());
-  if (grow) {
-    nodes[x].tokens += k;
-    nodes[x].pages.insert(nodes[x].pages.end(), fresh.begin(), fresh.end());
-  } else {
-    nodes.push_back(std::move(child));
-    query_node[q] = static_cast<int32_t>(nodes.size()) - 1;
-  }
-  ++version;
+  append_many(*this, {q}, {k}, nullptr, new_pages);
+}
+
+void PrefixTree::append_tokens_bulk(const std::vector<int32_t>& queries,
+                                    const std::vector<int32_t>& counts,
+                                    const std::vector<int64_t>& page_ptr,
+                                    const std::vector<int32_t>& new_pages) {
+  append_many(*this, queries, counts, &page_ptr, new_pages);
 }
 
 int32_t PrefixTree::add_query(int32_t node) {
@@ -202,40 +356,31 @@ int32_t PrefixTree::add_query(int32_t node) {
 void PrefixTree::remove_query(int32_t q) {
   check_query(*this, q);
   TA_CHECK_ARG(num_queries() > 1, "q", "cannot remove the last query (the tree would be empty)");
-  // Nodes still used by the other queries; the rest die and free their pages.
+  std::vector<int32_t> rest;
+  rest.reserve(query_node.size() - 1);
+  rest.insert(rest.end(), query_node.begin(), query_node.begin() + q);
+  rest.insert(rest.end(), query_node.begin() + q + 1, query_node.end());
+  replace_queries(*this, std::move(rest));
+}
+
+void PrefixTree::set_query_nodes(const std::vector<int32_t>& nodes_of) {
+  TA_CHECK_ARG(!nodes_of.empty(), "nodes", "expected at least one query (the tree would be empty)");
+  TA_CHECK_ARG(static_cast<int64_t>(nodes_of.size()) <= kMaxTreeQueries, "nodes", "got ",
+               nodes_of.size(), " queries, the limit kMaxTreeQueries=", kMaxTreeQueries);
   const int32_t n = static_cast<int32_t>(nodes.size());
-  std::vector<char> used(n, 0);
-  for (int32_t r = 0; r < num_queries(); ++r) {
-    if (r == q) continue;
-    for (int32_t v = query_node[r]; v != kNoParent && !used[v]; v = nodes[v].parent) used[v] = 1;
+  for (size_t r = 0; r < nodes_of.size(); ++r) {
+    const int32_t v = nodes_of[r];
+    TA_CHECK_ARG(v >= 0 && v < n, detail::concat("nodes[", r, "]"), "node index ", v,
+                 " out of range [0, ", n, ")");
+    TA_CHECK_ARG(nodes[v].alive, detail::concat("nodes[", r, "]"), "node index ", v, " is dead");
   }
-  std::vector<int32_t> freed;
-  for (int32_t i = 0; i < n; ++i)
-    if (nodes[i].alive && !used[i])
-      freed.insert(freed.end(), nodes[i].pages.begin(), nodes[i].pages.end());
-  // A page goes back to the pool once, and only if no live node still lists it (sorted lists,
-  // not a bitmap over num_pages, which may be huge).
-  std::vector<int32_t> busy(free_pages);
-  for (int32_t i = 0; i < n; ++i)
-    if (nodes[i].alive && used[i])
-      busy.insert(busy.end(), nodes[i].pages.begin(), nodes[i].pages.end());
-  std::sort(busy.begin(), busy.end());
-  std::sort(freed.begin(), freed.end());
-  freed.erase(std::unique(freed.begin(), freed.end()), freed.end());
-  freed.erase(
-      std::remove_if(freed.begin(), freed.end(),
-                     [&](int32_t p) { return std::binary_search(busy.begin(), busy.end(), p); }),
-      freed.end());
-  free_pages.reserve(free_pages.size() + freed.size());
-  // Only non-allocating changes from here on.
-  query_node.erase(query_node.begin() + q);
-  for (int32_t i = 0; i < n; ++i) {
-    if (!nodes[i].alive || used[i]) continue;
-    nodes[i].alive = false;
-    nodes[i].pages.clear();
-  }
-  free_pages.insert(free_pages.end(), freed.begin(), freed.end());
-  ++version;
+  const std::vector<int32_t> len = detail::path_lengths(*this);
+  int64_t sum = 0;
+  for (const int32_t v : nodes_of) sum += len[v];
+  TA_CHECK_ARG(sum <= kMaxPathDepthSum, "nodes", "the path-depth sum (nodes on every query's ",
+               "path, summed over queries) would be ", sum,
+               ", above the limit kMaxPathDepthSum=", kMaxPathDepthSum);
+  replace_queries(*this, nodes_of);
 }
 
 int32_t PrefixTree::fork_query(int32_t q, int32_t n) {

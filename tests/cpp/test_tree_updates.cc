@@ -22,7 +22,9 @@
 namespace treeattn {
 namespace {
 
+using testing_util::chain;
 using testing_util::expect_invalid;
+using testing_util::expect_rejected_unchanged;
 
 // root 20 tokens (pages 0,1) with one query; P = 16; spare pages 10..13 in the pool.
 PrefixTree one_query_tree() {
@@ -106,31 +108,6 @@ TEST(TreeUpdates, Errors) {
   EXPECT_EQ(t.nodes[0].tokens, 20);
   EXPECT_EQ(t.free_pages.size(), 4u);
   EXPECT_EQ(t.num_queries(), 1);
-}
-
-// Runs `update` on `t`, which must throw std::invalid_argument naming every part and leave the
-// tree exactly as it was: nodes (dead slots included), queries, pool, num_pages and version.
-void expect_rejected_unchanged(PrefixTree& t, const std::function<void(PrefixTree&)>& update,
-                               std::initializer_list<std::string> parts) {
-  const PrefixTree before = t;
-  expect_invalid([&] { update(t); }, parts);
-  EXPECT_EQ(t.version, before.version);
-  EXPECT_EQ(t.num_pages, before.num_pages);
-  EXPECT_EQ(t.query_node, before.query_node);
-  EXPECT_EQ(t.free_pages, before.free_pages);
-  ASSERT_EQ(t.nodes.size(), before.nodes.size());
-  for (size_t i = 0; i < t.nodes.size(); ++i) {
-    EXPECT_EQ(t.nodes[i].alive, before.nodes[i].alive) << "node " << i;
-    EXPECT_EQ(t.nodes[i].tokens, before.nodes[i].tokens) << "node " << i;
-    EXPECT_EQ(t.nodes[i].pages, before.nodes[i].pages) << "node " << i;
-  }
-}
-
-// A chain of `n` one-token nodes with one query on its leaf (path length n).
-PrefixTree chain(int n) {
-  std::string levels = "N=1", tokens = "C=1";
-  for (int i = 1; i < n; ++i) levels += ",1", tokens += ",1";
-  return tree_from_levels(parse_levels(levels + " " + tokens));
 }
 
 TEST(TreeUpdates, PathDepthLimitCheckedBeforeForkAndAdd) {

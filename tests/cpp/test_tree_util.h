@@ -1,5 +1,6 @@
-// Helpers shared by the tree tests: expected-error checks, per-token page/slot expansion of a
-// query's path and structural equality of live nodes.
+// Helpers shared by the tree tests: expected-error checks (and refused updates leaving the tree
+// unchanged), a chain-shaped tree, per-token page/slot expansion of a query's path and structural
+// equality of live nodes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -28,6 +29,31 @@ inline void expect_invalid(const std::function<void()>& fn,
     return;
   }
   ADD_FAILURE() << "no std::invalid_argument thrown";
+}
+
+/// Runs `update` on `t`, which must throw std::invalid_argument naming every part and leave the
+/// tree exactly as it was: nodes (dead slots included), queries, pool, num_pages and version.
+inline void expect_rejected_unchanged(PrefixTree& t, const std::function<void(PrefixTree&)>& update,
+                                      std::initializer_list<std::string> parts) {
+  const PrefixTree before = t;
+  expect_invalid([&] { update(t); }, parts);
+  EXPECT_EQ(t.version, before.version);
+  EXPECT_EQ(t.num_pages, before.num_pages);
+  EXPECT_EQ(t.query_node, before.query_node);
+  EXPECT_EQ(t.free_pages, before.free_pages);
+  ASSERT_EQ(t.nodes.size(), before.nodes.size());
+  for (size_t i = 0; i < t.nodes.size(); ++i) {
+    EXPECT_EQ(t.nodes[i].alive, before.nodes[i].alive) << "node " << i;
+    EXPECT_EQ(t.nodes[i].tokens, before.nodes[i].tokens) << "node " << i;
+    EXPECT_EQ(t.nodes[i].pages, before.nodes[i].pages) << "node " << i;
+  }
+}
+
+/// A chain of `n` one-token nodes with one query on its leaf (path length n).
+inline PrefixTree chain(int n) {
+  std::string levels = "N=1", tokens = "C=1";
+  for (int i = 1; i < n; ++i) levels += ",1", tokens += ",1";
+  return tree_from_levels(parse_levels(levels + " " + tokens));
 }
 
 /// The values of an index span, for comparisons.

@@ -84,11 +84,28 @@ struct PrefixTree {
   /// Appends k >= 1 tokens to query q: its node grows when q is the only query below it and the
   /// node is a leaf, else q forks into a new child node holding the k tokens.
   void append_tokens(int32_t q, int32_t k, const std::vector<int32_t>& new_pages = {});
+  /// Appends counts[i] >= 1 tokens to query queries[i] for every i, in one call: the result
+  /// equals append_tokens(queries[i], counts[i], its pages) called for i = 0, 1, ... (each query
+  /// listed once). Pages: with `page_ptr` and `new_pages` empty, from the free-page pool; else
+  /// query i takes new_pages[page_ptr[i] .. page_ptr[i + 1]), which must be exactly the fresh
+  /// pages its append needs (page_ptr has queries.size() + 1 nondecreasing offsets from 0 to
+  /// new_pages.size()). O(nodes + queries + input + (pages listed + pool) log new pages): one
+  /// pass over the tree for the whole step, where one append_tokens call per query pays it per
+  /// query.
+  void append_tokens_bulk(const std::vector<int32_t>& queries, const std::vector<int32_t>& counts,
+                          const std::vector<int64_t>& page_ptr = {},
+                          const std::vector<int32_t>& new_pages = {});
   /// Adds a query on node index `node`; returns its query index (the last one).
   int32_t add_query(int32_t node);
   /// Removes query q (later queries shift down by one) and prunes nodes no query uses any more,
   /// returning their pages to free_pages.
   void remove_query(int32_t q);
+  /// Replaces every query at once: query r now sits on node index nodes[r] (a live node; any
+  /// number of queries, at least one, may share a node). Nodes no query uses any more are pruned
+  /// as remove_query prunes them. Expresses removals, additions and reorders of a whole step in
+  /// one call: O(nodes + queries), plus O((pages listed + pool) log freed pages) when something
+  /// is pruned.
+  void set_query_nodes(const std::vector<int32_t>& nodes);
   /// Forks query q into n >= 1 queries on the same node (q plus n-1 new ones appended at the end);
   /// returns the index of the first new query.
   int32_t fork_query(int32_t q, int32_t n);
