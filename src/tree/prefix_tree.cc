@@ -118,10 +118,14 @@ void check_pages(const PrefixTree& tree) {
       sorted_used.insert(sorted_used.end(), tree.nodes[v].pages.begin(), tree.nodes[v].pages.end());
     std::sort(sorted_used.begin(), sorted_used.end());
   }
+  std::vector<int32_t> repeated;  // sparse: the page ids listed more than once (usually few)
+  for (size_t k = 1; k < sorted_used.size(); ++k)
+    if (sorted_used[k] == sorted_used[k - 1] &&
+        (repeated.empty() || repeated.back() != sorted_used[k]))
+      repeated.push_back(sorted_used[k]);
   auto listed_twice = [&](int32_t p) {
     if (dense) return count[p] > 1;
-    const auto r = std::equal_range(sorted_used.begin(), sorted_used.end(), p);
-    return r.second - r.first > 1;
+    return !repeated.empty() && std::binary_search(repeated.begin(), repeated.end(), p);
   };
   size_t num_shared = 0;  // counted first: the list is reserved exactly
   for (const int32_t v : order)

@@ -1,10 +1,12 @@
 // validate() errors (one test per error, each checking the message names the offender), the
-// derived views (build_index, query_path, query_context, unique_tokens) and a 100000-node chain.
+// derived views (build_index, query_path, query_context, unique_tokens), page ownership with a
+// page count far above the pages listed, and a 100000-node chain.
 #include <gtest/gtest.h>
 
 #include <type_traits>
 
 #include "test_tree_util.h"
+#include "treeattn/tree/block_tables.h"
 #include "treeattn/tree/prefix_tree.h"
 #include "treeattn/tree/random_tree.h"
 
@@ -143,6 +145,28 @@ TEST(TreeValidate, QueryOnDeadNode) {
   PrefixTree t = small_tree();
   t.nodes[2].alive = false;
   expect_invalid([&] { validate(t); }, {"query 1", "node index 2 is dead"});
+}
+
+TEST(TreeValidate, PageOwnershipWithFarMoreIdsThanPages) {
+  // With num_pages far above the pages listed (a serving cache), validate() finds the pages listed
+  // more than once through a sorted list instead of an array over num_pages: same rules.
+  PrefixTree t = small_tree();
+  t.num_pages = 1 << 30;
+  EXPECT_NO_THROW(validate(t));
+  PrefixTree cow = t;  // copy-on-write siblings: b shares a's first page (same slots, positions)
+  cow.nodes[2].pages = {2};
+  EXPECT_NO_THROW(validate(cow));
+  PrefixTree later = t;  // a continues in its parent's last page, in the slots the parent leaves
+  later.nodes[1].pages = {1};
+  EXPECT_NO_THROW(validate(later));
+  PrefixTree clash = t;  // b takes page 0, whose slots 4..15 hold the root's positions 4..15
+  clash.nodes[2].pages = {0};
+  expect_invalid([&] { validate(clash); }, {"page 0", "another position"});
+  expect_invalid(
+      [] {
+        tree_from_block_tables({{1, 5, 6}, {2, 5, 6}}, {48, 48}, 16, 1 << 30);
+      },
+      {"page 5", "another prefix"});
 }
 
 TEST(TreeValidate, DeepChain100000) {
