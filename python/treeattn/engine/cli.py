@@ -287,8 +287,9 @@ def bench_one(model, workload: str, params: dict, backend: str, args) -> dict:
 
 
 def plan_cost_probe(args) -> dict:
-    """Host cost of the two ways to get each step's tree for a W1-like batch: rebuilding it
-    with PrefixTree.from_block_tables vs incremental append_tokens on the previous tree."""
+    """Host cost of the ways to get each step's tree for a W1-like batch: rebuilding it with
+    PrefixTree.from_block_tables vs updating the previous tree, with append_tokens per row or
+    one append_tokens_bulk for all rows (what treeattn.serving.TreeSync calls)."""
     import treeattn
 
     n, prompt, P = 64, 4096, args.page_size
@@ -312,12 +313,17 @@ def plan_cost_probe(args) -> dict:
         for q in range(n):
             tree.append_tokens(q, 1)
     incr = (time.perf_counter() - t) / reps * 1e3
+    rows, ones = list(range(n)), [1] * n
+    t = time.perf_counter()
+    for _ in range(reps):
+        tree.append_tokens_bulk(rows, ones)
+    bulk = (time.perf_counter() - t) / reps * 1e3
     t = time.perf_counter()
     for _ in range(reps):
         treeattn.plan(tree, 32, 8, 128, planner="auto")
     plan_ms = (time.perf_counter() - t) / reps * 1e3
     return {"batch": f"n={n} prompt={prompt} page={P}", "from_block_tables_ms": rebuild,
-            "append_tokens_ms": incr, "plan_auto_ms": plan_ms}
+            "append_tokens_ms": incr, "append_tokens_bulk_ms": bulk, "plan_auto_ms": plan_ms}
 
 
 def table(recs: List[dict]) -> str:
@@ -464,7 +470,8 @@ def cmd_bench(args) -> int:
                   f"matplotlib is installed", file=sys.stderr)
     print(table(recs))
     print(f"tree per step (W1-like, host): from_block_tables {probe['from_block_tables_ms']:.3f} "
-          f"ms, incremental append_tokens {probe['append_tokens_ms']:.3f} ms, "
+          f"ms, incremental append_tokens {probe['append_tokens_ms']:.3f} ms (bulk "
+          f"{probe['append_tokens_bulk_ms']:.3f} ms), "
           f"plan(auto) {probe['plan_auto_ms']:.3f} ms")
     if warning:
         print(f"treeattn-engine bench: WARNING: {warning}", file=sys.stderr)

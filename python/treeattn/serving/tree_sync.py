@@ -14,18 +14,22 @@ no request ids are needed: row r is first compared with row r (steady batches), 
 not match are looked up by the page that held their previous last token (rows moved by a batch
 condense or reorder). A row continuing no previous row *joins*: when its longest run of shared
 full pages with a previous row ends exactly at a node boundary of that row's path, it is added
-there (add_query + append_tokens of its own pages); otherwise the tree is rebuilt.
+there and appends its own pages; otherwise the tree is rebuilt. A step with more joining rows
+than 8 + rows / 8 (a new batch rather than a step, e.g. a new draft tree per step) is rebuilt
+right away, without searching join points.
 
-Applying a step:
-  1. the longest leading run of rows whose previous rows are in increasing order keeps its
-     queries; every later row is added at the end (add_query on its previous row's node, or on
-     its join node);
-  2. previous queries no row continues (finished requests) and those re-added are removed;
-  3. rows that grew get append_tokens(query, delta, their new pages).
+Applying a step takes two calls into the C++ tree, each one pass over the tree (numpy does the
+matching over the block tables):
+  1. PrefixTree.set_query_nodes: query r moves to its previous row's node or its join node;
+     previous queries no row continues (finished requests) go, and what no query uses is pruned;
+  2. PrefixTree.append_tokens_bulk: every row that grew appends its tokens with exactly the
+     pages it opened.
 Anything the incremental path cannot express exactly (a copy-on-write page, a row whose query
 is not alone on its leaf while its last page is partly filled, a join starting a new root or
 inside a node, page ids the tree refuses) falls back to PrefixTree.from_block_tables, so the
-result always equals the block tables (verify=True checks that after every step).
+result always equals the block tables (verify=True checks that after every step). The tree keeps
+the slots of pruned nodes so that node indices stay valid; once most slots are dead, a rebuild
+compacts them.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from treeattn import PrefixTree, check_int
 __all__ = ["TreeSync"]
 
 _INT32_MAX = 2**31 - 1
+#: Joining rows a step takes incrementally, plus one per 8 rows; more rebuild the tree.
+_MAX_JOINS = 8
 
 
 class _Fallback(Exception):
@@ -111,22 +117,21 @@ class TreeSync:
             r = int(np.argmax(short))
             raise ValueError(f"block_tables: row {r} has {bt.shape[1]} pages, seq_lens[{r}] = "
                              f"{int(lens[r])} needs {int(need[r])} (page_size {self.page_size})")
-        out = np.zeros((rows, cols), dtype=np.int64)
+        past = np.arange(cols)[None, :] >= need[:, None]  # not part of the row: -1, never read
+        out = np.full((rows, cols), -1, dtype=np.int64)
         w = min(cols, bt.shape[1])
         out[:, :w] = bt[:, :w]
         if pad.any():
             out[pad, 0] = self.pad_page
-        # entries past a row's length are not part of it: -1, never compared
-        out[np.arange(cols)[None, :] >= need[:, None]] = -1
-        used = out[out >= 0]
-        if used.size and int(used.max()) >= self.num_pages:
+        if out.min() < 0 and (out[~past] < 0).any():
+            bad = np.argwhere((out < 0) & ~past)[0]
+            raise ValueError(f"block_tables: page id {int(bt[bad[0], bad[1]])} at "
+                             f"[{bad[0]}, {bad[1]}] is negative")
+        np.putmask(out, past, -1)
+        if int(out.max()) >= self.num_pages:
             bad = np.argwhere(out >= self.num_pages)[0]
             raise ValueError(f"block_tables: page id {int(out[bad[0], bad[1]])} at "
                              f"[{bad[0]}, {bad[1]}] out of range [0, {self.num_pages})")
-        if (out[np.arange(cols)[None, :] < need[:, None]] < 0).any():
-            bad = np.argwhere((out < 0) & (np.arange(cols)[None, :] < need[:, None]))[0]
-            raise ValueError(f"block_tables: page id {int(bt[bad[0], bad[1]])} at "
-                             f"[{bad[0]}, {bad[1]}] is negative")
         return out, lens, pad
 
     # ---- the step
@@ -190,107 +195,129 @@ class TreeSync:
         ok &= oneed <= cols
         return ok
 
+    def _continues_in_place(self, bt: np.ndarray, lens: np.ndarray, m: int) -> np.ndarray:
+        """_continues for rows 0..m-1 against the previous rows at the same index (slices, no
+        gathers: the steady case)."""
+        obt, olens = self._bt[:m], self._lens[:m]
+        cols = min(bt.shape[1], obt.shape[1])
+        P = self.page_size
+        ok = (lens[:m] >= olens) & ((olens + P - 1) // P <= cols)
+        b = obt[:, :cols]
+        # previous rows are -1 past their pages: equal where they have pages
+        ok &= ((bt[:m, :cols] == b) | (b < 0)).all(axis=1)
+        return ok
+
     def _incremental(self, bt: np.ndarray, lens: np.ndarray) -> None:
         tree, P = self.tree, self.page_size
-        obt, olens = self._bt, self._lens
+        olens = self._lens
         R, Ro = lens.shape[0], olens.shape[0]
+        if tree.num_nodes > 2 * tree.num_live_nodes + 64:
+            raise _Fallback()  # mostly dead node slots: a rebuild compacts them
         prev = np.full(R, -1, dtype=np.int64)
         m = min(R, Ro)
         same = np.arange(m)
-        prev[:m] = np.where(self._continues(bt, lens, same, same), same, -1)
-        missing = np.nonzero(prev < 0)[0]
-        if missing.size:
-            self._match_moved(bt, lens, prev, missing)
-        taken = prev[prev >= 0]
-        if np.unique(taken).size != taken.size:
-            raise _Fallback()  # two rows continue one previous row (a fork): copy-on-write
-        qnode = tree.query_node
-        # joins: node where each joining row attaches, and its first own page column
-        join_at: Dict[int, Tuple[int, int]] = {}
-        for r in np.nonzero(prev < 0)[0]:
-            join_at[int(r)] = self._join_point(bt, lens, int(r), qnode)
-        # 1. the leading run whose previous rows increase keeps its queries
-        k = 0
-        last = -1
-        while k < R and prev[k] > last:
-            last = prev[k]
-            k += 1
-        kept = set(int(x) for x in prev[:k])
-        for r in range(k, R):
-            node = qnode[int(prev[r])] if prev[r] >= 0 else join_at[r][0]
-            tree.add_query(node)
-        # 2. remove every previous query not kept (finished, or re-added above)
-        for q in range(Ro - 1, -1, -1):
-            if q not in kept:
-                tree.remove_query(q)
-        # 3. grow the rows that gained tokens (per-row values as Python ints: numpy scalars are
-        # slow in this loop)
+        prev[:m] = np.where(self._continues_in_place(bt, lens, m), same, -1)
+        if (prev < 0).any():
+            self._match_moved(bt, lens, prev)
+        joins = np.nonzero(prev < 0)[0]
+        if joins.size > _MAX_JOINS + R // 8:
+            raise _Fallback()  # a new batch rather than a step: one rebuild is cheaper
+        # Per row: its node (the previous row's, or where it joins), its first own page column
+        # and the tokens it gained.
+        qnode = np.asarray(tree.query_node, dtype=np.int64)
         has = prev >= 0
         o = np.where(has, prev, 0)
+        node = np.where(has, qnode[o], -1)
         first = np.where(has, (olens[o] + P - 1) // P, 0)
         delta = np.where(has, lens - olens[o], 0)
-        partial = has & (olens[o] % P != 0)
-        for r, (_, f) in join_at.items():
-            first[r], delta[r] = f, int(lens[r]) - f * P
-        need = (lens + P - 1) // P
+        for r in joins.tolist():
+            node[r], first[r] = self._join_point(bt, lens, r, qnode)
+            delta[r] = int(lens[r]) - int(first[r]) * P
+        # 1. one call: finished requests leave, joining ones are added, moved ones follow their
+        # row (the previous queries' nodes are kept, so node indices stay valid)
+        if node.shape != qnode.shape or not np.array_equal(node, qnode):
+            tree.set_query_nodes(node)
+        # 2. one call: every row that gained tokens appends them with exactly the pages it
+        # opened. A row whose query is not alone on a leaf while its last page is partly filled
+        # would fork a child needing one page more than the row opened: the tree refuses that
+        # (ValueError naming new_pages) and the step rebuilds, as it must (the engine keeps
+        # filling the shared page, which the tree cannot express).
         grow = np.nonzero(delta > 0)[0]
-        for r, d, f, n, part in zip(grow.tolist(), delta[grow].tolist(), first[grow].tolist(),
-                                    need[grow].tolist(), partial[grow].tolist()):
-            pages = bt[r, f:n].tolist() if n > f else []
-            before = tree.num_nodes
-            tree.append_tokens(r, d, pages)
-            if part and tree.num_nodes != before:
-                # the query was not alone on a leaf, so the tree put the new tokens on a fresh
-                # page while the engine kept filling the partly filled one
-                raise _Fallback()
+        if grow.size:
+            f = first[grow]
+            opened = (lens[grow] + P - 1) // P - f  # pages each row opened
+            ptr = np.zeros(grow.size + 1, dtype=np.int64)
+            np.cumsum(opened, out=ptr[1:])
+            rows = np.nonzero(opened > 0)[0]  # (few: a row opens a page every P tokens)
+            cols = np.arange(bt.shape[1])[None, :]
+            f, n = f[rows, None], (f + opened)[rows, None]
+            pages = bt[grow[rows]][(cols >= f) & (cols < n)]
+            tree.append_tokens_bulk(grow, delta[grow], ptr, pages)
 
-    def _match_moved(self, bt, lens, prev, missing) -> None:
+    def _match_moved(self, bt, lens, prev) -> None:
         """Rows that do not continue the row at their own index: look them up by the page that
         held a previous row's last token (unique among previous rows not yet matched)."""
         obt, olens, P = self._bt, self._lens, self.page_size
         Ro = olens.shape[0]
-        oneed = (olens + P - 1) // P
-        last_page = obt[np.arange(Ro), oneed - 1]
         used = np.zeros(Ro, dtype=bool)
         used[prev[prev >= 0]] = True
-        owners: Dict[int, int] = {}
-        for o in np.nonzero(~used)[0]:
-            p = int(last_page[o])
-            owners[p] = -1 if p in owners else int(o)
-        need = (lens + P - 1) // P
-        for r in missing:
-            for col in (need[r] - 1, need[r] - 2):
-                if col < 0:
-                    continue
-                o = owners.get(int(bt[r, col]), -1)
-                if o >= 0 and not used[o] and self._continues(
-                        bt, lens, np.array([r]), np.array([o]))[0]:
-                    prev[r] = o
-                    used[o] = True
-                    break
+        free = np.nonzero(~used)[0]
+        missing = np.nonzero(prev < 0)[0]
+        if free.size == 0:
+            return
+        last_page = obt[free, (olens[free] + P - 1) // P - 1]
+        pages, idx, cnt = np.unique(last_page, return_index=True, return_counts=True)
+        owner = np.where(cnt == 1, free[idx], -1)
+        need = (lens[missing] + P - 1) // P
+        cand = np.full(missing.size, -1, dtype=np.int64)
+        for back in (1, 2):  # the last token's page, or the one before (the row opened a page)
+            col = need - back
+            todo = (cand < 0) & (col >= 0)
+            if not todo.any():
+                continue
+            rows = missing[todo]
+            p = bt[rows, col[todo]]
+            k = np.minimum(np.searchsorted(pages, p), pages.size - 1)
+            o = np.where(pages[k] == p, owner[k], -1)
+            ok = o >= 0
+            ok[ok] = self._continues(bt, lens, rows[ok], o[ok])
+            cand[np.nonzero(todo)[0][ok]] = o[ok]
+        # each previous row continues in one row at most: the first one claiming it
+        got = np.nonzero(cand >= 0)[0]
+        _, firsts = np.unique(cand[got], return_index=True)
+        got = got[firsts]
+        prev[missing[got]] = cand[got]
 
     def _join_point(self, bt, lens, r: int, qnode) -> Tuple[int, int]:
         """(node, first own page column) where row r attaches: the node of a previous row with
-        the same pages and length, else the end of its longest run of shared full pages with a
-        previous row, which must be a node boundary."""
+        the same pages and length, else the end of the longest run of full pages it shares with
+        a previous row, which must be a node boundary. O(previous rows x log(pages) + pages)."""
         obt, olens, P = self._bt, self._lens, self.page_size
         n = int(lens[r])
         need = (n + P - 1) // P
         if need <= obt.shape[1]:  # identical to a previous row (padding, a fresh fork)
-            same = (olens == n) & (obt[:, :need] == bt[r, :need][None, :]).all(axis=1)
-            if same.any():
-                return qnode[int(np.argmax(same))], need
-        own_full = (n - 1) // P  # pages before the one holding its last token
-        cols = min(own_full, obt.shape[1])
-        if cols == 0:
-            raise _Fallback()
-        eq = obt[:, :cols] == bt[r, :cols][None, :]
-        lcp = np.where(eq.all(axis=1), cols, np.argmin(eq, axis=1))
-        lcp = np.minimum(lcp, olens // P)  # only full pages of the previous row are shared
-        o = int(np.argmax(lcp))
-        shared = int(lcp[o])
+            same = (olens == n) & (obt[:, need - 1] == bt[r, need - 1])
+            for o in np.nonzero(same)[0][:1].tolist():
+                if np.array_equal(obt[o, :need], bt[r, :need]):
+                    return int(qnode[o]), need
+        # Longest run: in a tree, a page at column c follows one prefix, so "some previous row
+        # holds page bt[r, c] at column c, full" holds for c below the run's end and not past it;
+        # binary search on c, then check the whole run against the row found (pages a shorter
+        # run leaves out are refused as in use by append_tokens_bulk: a rebuild then).
+        lo, hi = 0, min((n - 1) // P, obt.shape[1])  # run in [lo, hi]; own pages before the last
+        full = olens // P
+        while lo < hi:
+            c = (lo + hi + 1) // 2
+            if ((obt[:, c - 1] == bt[r, c - 1]) & (full >= c)).any():
+                lo = c
+            else:
+                hi = c - 1
+        shared = lo
         if shared == 0:
             raise _Fallback()  # a new root
+        o = int(np.argmax((obt[:, shared - 1] == bt[r, shared - 1]) & (full >= shared)))
+        if not np.array_equal(obt[o, :shared], bt[r, :shared]):
+            raise _Fallback()
         tokens = 0
         for v in self.tree.query_path(o):
             tokens += int(self.tree.node(v)["tokens"])
