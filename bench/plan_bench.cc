@@ -1,13 +1,11 @@
 // Planning-speed benchmark (Google Benchmark, CPU): a full make_plan() for every planner on
-// FastTree and PAT workload lines with 256 and 1024 queries, and the per-decode-step update of
-// IncrementalPlanner. Goals (issue 3): full plan under 100 us for 256 queries, per-step update
-// under 20 us.
+// FastTree and PAT workload lines with 256 and 1024 queries. Goal (issue 3): full plan under
+// 100 us for 256 queries.
 #include <benchmark/benchmark.h>
 
 #include <string>
 #include <vector>
 
-#include "treeattn/plan/incremental.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/levels.h"
 
@@ -42,31 +40,11 @@ void BM_FullPlan(benchmark::State& state, std::string planner, std::string line)
   state.counters["queries"] = tree.num_queries();
 }
 
-void BM_IncrementalStep(benchmark::State& state, std::string planner, std::string line) {
-  const treeattn::LevelSpec spec = treeattn::parse_levels(line);
-  PrefixTree tree = treeattn::tree_from_levels(spec, PageLayout::kShuffled, 1);
-  const int64_t steps = 4096;
-  const int64_t extra = tree.num_queries() * steps / tree.page_size + tree.num_queries();
-  for (int64_t i = 0; i < extra; ++i)
-    tree.free_pages.push_back(tree.num_pages + static_cast<int32_t>(i));
-  tree.num_pages += static_cast<int32_t>(extra);
-  treeattn::IncrementalPlanner inc(tree, options(spec, planner));
-  for (auto _ : state) benchmark::DoNotOptimize(inc.step());
-  state.counters["full_replans"] = static_cast<double>(inc.full_replans());
-  state.counters["queries"] = tree.num_queries();
-}
-
 int register_all() {
   for (const std::string& line : bench_workloads())
     for (const std::string& p : treeattn::planner_names())
       benchmark::RegisterBenchmark(("FullPlan/" + p + "/" + line).c_str(), BM_FullPlan, p, line)
           ->Unit(benchmark::kMicrosecond);
-  for (const std::string& line : {bench_workloads()[0], bench_workloads()[3]})
-    for (const std::string p : {"auto", "pat", "fasttree"})
-      benchmark::RegisterBenchmark(("IncrementalStep/" + p + "/" + line).c_str(),
-                                   BM_IncrementalStep, p, line)
-          ->Unit(benchmark::kMicrosecond)
-          ->Iterations(4096);
   return 0;
 }
 const int registered = register_all();

@@ -105,7 +105,6 @@ class PlanBuilder {
               const char* planner, Mode mode = Mode::kPlan);
 
   const PlanShape& shape() const { return plan_.shape; }
-  bool cost_only() const { return cost_only_; }
 
   /// Starts an item; rows and ranges added next belong to it.
   void begin_item();
