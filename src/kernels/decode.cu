@@ -10,6 +10,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -158,7 +159,19 @@ void set_kv_heads_per_cta(int n) { g_kv_heads_per_cta.store(n > 0 ? n : 0); }
 int kv_heads_per_cta_override() { return g_kv_heads_per_cta.load(); }
 
 namespace {
-std::atomic<int> g_grouped_kernel{static_cast<int>(GroupedKernel::kAuto)};
+/// The process default: TREEATTN_GROUPED_KERNEL=legacy|ws|auto in the environment (for engines
+/// that load treeattn without calling set_grouped_kernel), else kAuto; any other value is
+/// refused with an error naming the variable at the first launch that reads it.
+int grouped_kernel_from_env() {
+  const char* e = std::getenv("TREEATTN_GROUPED_KERNEL");
+  if (e == nullptr || *e == '\0' || std::strcmp(e, "auto") == 0)
+    return static_cast<int>(GroupedKernel::kAuto);
+  if (std::strcmp(e, "legacy") == 0) return static_cast<int>(GroupedKernel::kLegacy);
+  if (std::strcmp(e, "ws") == 0) return static_cast<int>(GroupedKernel::kWarpSpecialized);
+  throw std::invalid_argument(
+      std::string("TREEATTN_GROUPED_KERNEL: must be legacy, ws or auto, got '") + e + "'");
+}
+std::atomic<int> g_grouped_kernel{-1};  // -1: not read from the environment yet
 }  // namespace
 
 void set_grouped_kernel(GroupedKernel k) {
@@ -169,7 +182,15 @@ void set_grouped_kernel(GroupedKernel k) {
         std::to_string(static_cast<int>(k)));
   g_grouped_kernel.store(static_cast<int>(k));
 }
-GroupedKernel grouped_kernel() { return static_cast<GroupedKernel>(g_grouped_kernel.load()); }
+GroupedKernel grouped_kernel() {
+  int k = g_grouped_kernel.load();
+  if (k < 0) {
+    int unset = -1;
+    g_grouped_kernel.compare_exchange_strong(unset, grouped_kernel_from_env());
+    k = g_grouped_kernel.load();
+  }
+  return static_cast<GroupedKernel>(k);
+}
 bool grouped_kernel_supported(GroupedKernel k) {
   return k == GroupedKernel::kLegacy || k == GroupedKernel::kAuto ||
          (k == GroupedKernel::kWarpSpecialized && cuda_detail::ws_kernels_available());

@@ -270,6 +270,34 @@ def test_core_prefetch_used_and_exact():
     assert core.sync.last_path == "incremental"
 
 
+def test_core_prepare_predicted_takes_the_prediction_without_tables():
+    """prepare_predicted() installs prefetch()'s plan without the block tables (the engine's fast
+    path); the result decodes like prepare() with the predicted tables, and it refuses (None)
+    when nothing is predicted."""
+    rng = np.random.default_rng(6)
+    H, Hk, D = 4, 1, 64
+    core = ServingCore(H, Hk, D, P, num_pages=64, verify=True)
+    k, v, (kc, vc) = _caches(rng, 64, H, Hk, D, "split")
+    bt = np.array([[1, 2, 3, 0], [1, 2, 4, 0], [5, 6, 7, 0], [0, 0, 0, 0]])
+    lens = np.array([9, 9, 9, 0])
+    assert core.prepare_predicted() is None  # no step yet, nothing predicted
+    core.prepare(bt, lens)
+    assert core.predicted_lens is None
+    assert core.prefetch()
+    np.testing.assert_array_equal(core.predicted_lens, [10, 10, 10, 0])
+    assert core.prepare_predicted() is True
+    assert core.counts["planned_ahead"] == 1 and core.predicted_lens is None
+    assert core.prepare_predicted() is None  # the prediction is used once
+    core.sync.check_tables(bt, np.array([10, 10, 10, 0]))
+    q = torch.from_numpy(rng.uniform(-1, 1, (4, H, D)).astype(np.float32))
+    out = core.decode(q, kc, vc)
+    ref, _ = numpy_oracle(q.numpy()[:3], k.numpy(), v.numpy(), bt[:3], np.array([10, 10, 10]))
+    np.testing.assert_allclose(out.numpy()[:3], ref, atol=2e-5)
+    # the next step goes on from the predicted state as if prepare() had been given the tables
+    core.prepare(bt, np.array([11, 11, 11, 0]))
+    assert core.sync.last_path == "incremental"
+
+
 def test_graph_key_plan_follows_the_synced_tree(monkeypatch):
     """prepare()'s CUDA path (one persistent plan per graph key, allocated once, then updated in
     place) run on the CPU with the device upload stubbed out: the key's plan is tied to the synced

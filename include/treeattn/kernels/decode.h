@@ -99,7 +99,8 @@ int kv_heads_per_cta_override();
 ///    class are of the kind it is faster on (tile::ws_pays_off, from the layout's planned counts),
 ///    else kLegacy.
 enum class GroupedKernel : int32_t { kLegacy = 0, kWarpSpecialized = 1, kAuto = 2 };
-/// Selects the grouped kernel for every later launch of this process (default kAuto). Read on
+/// Selects the grouped kernel for every later launch of this process (default: the environment
+/// variable TREEATTN_GROUPED_KERNEL=legacy|ws|auto, else kAuto). Read on
 /// the host at launch, so a captured CUDA graph keeps the kernels it was captured with.
 void set_grouped_kernel(GroupedKernel k);
 GroupedKernel grouped_kernel();

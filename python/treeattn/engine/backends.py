@@ -108,14 +108,41 @@ class TreeAttnBackend(Backend):
                 kv_dtype="float16" if self.dtype == torch.float32 else str(self.dtype),
                 headroom=self.headroom)
         self.core.sync.verify = VERIFY_TREE
-        rows = meta.row_seqs or [0] * meta.rows
+        if self._predicted(meta):
+            done = self.core.prepare_predicted(key)
+            if done is not None:
+                if VERIFY_TREE:  # the tests: the predicted tree against the engine's tables
+                    self.core.sync.check_tables(*self._tables(meta))
+                return done
+        return self.core.prepare(*self._tables(meta), key)
+
+    @staticmethod
+    def _tables(meta: StepMeta):
+        """The step's block tables [rows, pages] and lengths (0 for padding rows) as arrays."""
         P = meta.page_size
-        bt = np.zeros((meta.rows, max((n + P - 1) // P for n in meta.seq_lens)), np.int64)
-        for r, (t, n) in enumerate(zip(meta.block_tables, meta.seq_lens)):
-            m = (n + P - 1) // P
-            bt[r, :m] = t[:m]
-        lens = np.array([n if s >= 0 else 0 for n, s in zip(meta.seq_lens, rows)], np.int64)
-        return self.core.prepare(bt, lens, key)
+        seq = np.asarray(meta.seq_lens, np.int64)
+        counts = (seq + P - 1) // P
+        total = int(counts.sum())
+        flat = np.fromiter(itertools.chain.from_iterable(
+            t[:c] for t, c in zip(meta.block_tables, counts.tolist())), np.int64, count=total)
+        bt = np.zeros((meta.rows, int(counts.max())), np.int64)
+        row = np.repeat(np.arange(meta.rows), counts)
+        col = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        bt[row, col] = flat
+        rows = meta.row_seqs
+        lens = seq if rows is None else np.where(np.asarray(rows) >= 0, seq, 0)
+        return bt, lens
+
+    def _predicted(self, meta: StepMeta) -> bool:
+        """True when this step is the one the last prefetch() predicted: the same rows (same
+        sequences, so the same block tables, no copy-on-write, no page allocated) with the
+        lengths prefetch() planned for. O(rows), no block-table work."""
+        ahead = self.core.predicted_lens
+        if (ahead is None or meta.cow or meta.row_seqs is None or meta.row_seqs != self._prev_rows
+                or any(p >= 0 for p in meta.new_pages) or len(meta.seq_lens) != len(ahead)):
+            return False
+        return all(n == int(a) or (s < 0 and a == 0)
+                   for n, a, s in zip(meta.seq_lens, ahead, meta.row_seqs))
 
     def prefetch(self, meta: StepMeta) -> None:
         rows = meta.row_seqs

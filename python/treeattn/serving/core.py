@@ -100,6 +100,37 @@ class ServingCore:
         new = self._take_ahead(block_tables, seq_lens)
         if new is None:
             new = self._plan(self.sync.update(block_tables, seq_lens))
+        return self._install(new, key)
+
+    def prepare_predicted(self, key: Optional[Hashable] = None) -> Optional[bool]:
+        """prepare() for a step the caller knows is exactly the one prefetch() predicted (the same
+        rows and block tables as the last step, every row prefetch() grew one token longer, no
+        page opened), without handing over or comparing the block tables: the engine's own
+        bookkeeping tells it so in O(rows), where building and comparing the tables costs
+        O(rows x pages) on the step's critical path. Returns None when no prediction is pending
+        (call prepare() with the tables), else what prepare() returns. With sync.verify set the
+        prediction is still checked against the tree's own tables."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        s = self.sync
+        s.tree, s._bt, s._lens, s._pad, s.counts, s.last_path = ahead[2]
+        self.counts["planned_ahead"] += 1
+        if s.verify:
+            s.check(ahead[0], ahead[1])
+        return self._install(ahead[3], key)
+
+    @property
+    def predicted_lens(self) -> Optional[np.ndarray]:
+        """The sequence lengths of the pending prediction (prefetch()), or None."""
+        if self._ahead is None:
+            return None
+        return np.where(self._ahead[2][3], 0, self._ahead[1])  # padding rows: 0, as given
+
+    def _install(self, new: Plan, key: Optional[Hashable]) -> bool:
+        """Makes `new` the step's plan: on CUDA into the key's device plan, refreshed in place
+        when it fits, else allocated with the headroom (then False: a graph captured for the key
+        must be captured again)."""
         if self.device.type != "cuda":
             self.plan = new
             return True

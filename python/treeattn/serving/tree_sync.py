@@ -172,6 +172,12 @@ class TreeSync:
             self.check(bt, lens)
         return self.tree
 
+    def check_tables(self, block_tables: Any, seq_lens: Any) -> None:
+        """Raises AssertionError unless the tree holds exactly these block tables and lengths
+        (the caller's convention: length 0 for a padding row)."""
+        bt, lens, _ = self._normalize(block_tables, seq_lens)
+        self.check(bt, lens)
+
     def check(self, bt: np.ndarray, lens: np.ndarray) -> None:
         """Raises AssertionError unless the tree's block tables equal (bt, lens)."""
         tbt, tlens = self.tree.to_block_tables()
