@@ -108,18 +108,7 @@ if has bench; then
     i=$((i + 1))
   done
   note "bench: $(($(date +%s) - t0)) s; check failures: $(grep -c 'CHECK FAILED' "$LOGS/bench.log")"
-  python3 - "$OUT/bench.json" /tmp/bench_*.json <<'PY'
-import json, sys
-out, merged = sys.argv[1], None
-for f in sorted(set(sys.argv[2:])):
-    try:
-        d = json.load(open(f))
-    except Exception as e:
-        print("skip", f, e); continue
-    if merged is None: merged = d
-    else: merged["results"] += d["results"]
-if merged: json.dump(merged, open(out, "w"), indent=1)
-PY
+  python3 bench/merge_bench_json.py "$OUT/bench.json" /tmp/bench_*.json
 fi
 
 # ---- 5. peers

@@ -69,29 +69,7 @@ for lv in "N=1,1024 C=32768,16 heads=32/8" "N=1,1024 C=2048,32 heads=32/8 page=3
   i=$((i + 1))
 done
 note "bench: $(($(date +%s) - t0)) s; check failures: $(grep -c 'CHECK FAILED' "$LOGS/bench.log")"
-python3 - "$OUT/bench.json" /tmp/bench_*.json <<'PY'
-import json, math, sys
-out, merged = sys.argv[1], None
-for f in sorted(set(sys.argv[2:])):
-    try:
-        d = json.load(open(f))
-    except Exception as e:
-        print("skip", f, e); continue
-    if merged is None: merged = d
-    else: merged["results"] += d["results"]
-if merged:
-    json.dump(merged, open(out, "w"), indent=1)
-    for s in ("fasttree", "pat"):
-        r = [x for x in merged["results"] if x.get("set") == s]
-        if r:
-            g = math.exp(sum(math.log(x["floor_fraction"]) for x in r) / len(r))
-            q = math.exp(sum(math.log(x["floor_ms"] / x["baseline_query_ms"]) for x in r) / len(r))
-            print(f"{s}: {len(r)} lines, auto {100*g:.1f}% of the floor (query planner {100*q:.1f}%)")
-    for x in merged["results"]:
-        if x.get("set") not in ("fasttree", "pat"):
-            print(f"{x['workload']}: {1e3*x['median_ms']:.1f} us, {100*x['floor_fraction']:.1f}% of the floor")
-PY
-[ -f "$OUT/bench.json" ] || true
+python3 bench/merge_bench_json.py "$OUT/bench.json" /tmp/bench_*.json
 
 # ---- 4. engine W1 and W6 on the serving core
 t0=$(date +%s)
