@@ -25,7 +25,9 @@ Applying a step:
 Anything the incremental path cannot express exactly (a copy-on-write page, a row whose query
 is not alone on its leaf while its last page is partly filled, a join starting a new root or
 inside a node, page ids the tree refuses) falls back to PrefixTree.from_block_tables, so the
-result always equals the block tables (verify=True checks that after every step).
+result always equals the block tables (verify=True checks that after every step). So does a
+step whose updates would cost more than a rebuild (every PrefixTree update checks the whole
+tree; see TreeSync._too_costly): each step costs time linear in its block tables.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ from treeattn import PrefixTree, check_int
 __all__ = ["TreeSync"]
 
 _INT32_MAX = 2**31 - 1
+#: A step is applied incrementally only while its estimated cost (tree updates x tree size, see
+#: TreeSync._too_costly) stays within this multiple of its input (rows x pages); one update costs
+#: about 0.6 ns per tree node, a rebuild about 150 ns per block-table entry (2 cores, x86).
+REBUILD_RATIO = 256
 
 
 class _Fallback(Exception):
@@ -204,17 +210,21 @@ class TreeSync:
         taken = prev[prev >= 0]
         if np.unique(taken).size != taken.size:
             raise _Fallback()  # two rows continue one previous row (a fork): copy-on-write
-        qnode = tree.query_node
-        # joins: node where each joining row attaches, and its first own page column
-        join_at: Dict[int, Tuple[int, int]] = {}
-        for r in np.nonzero(prev < 0)[0]:
-            join_at[int(r)] = self._join_point(bt, lens, int(r), qnode)
-        # 1. the leading run whose previous rows increase keeps its queries
+        # 1. the leading run whose previous rows increase keeps its queries; every later row is
+        # added (a joining row always is: its prev is -1)
         k = 0
         last = -1
         while k < R and prev[k] > last:
             last = prev[k]
             k += 1
+        joining = np.nonzero(prev < 0)[0]
+        if self._too_costly(bt, lens, prev, k, joining.size):
+            raise _Fallback()
+        qnode = tree.query_node
+        # joins: node where each joining row attaches, and its first own page column
+        join_at: Dict[int, Tuple[int, int]] = {}
+        for r in joining:
+            join_at[int(r)] = self._join_point(bt, lens, int(r), qnode)
         kept = set(int(x) for x in prev[:k])
         for r in range(k, R):
             node = qnode[int(prev[r])] if prev[r] >= 0 else join_at[r][0]
@@ -243,6 +253,24 @@ class TreeSync:
                 # the query was not alone on a leaf, so the tree put the new tokens on a fresh
                 # page while the engine kept filling the partly filled one
                 raise _Fallback()
+
+    def _too_costly(self, bt: np.ndarray, lens: np.ndarray, prev: np.ndarray, k: int,
+                    joins: int) -> bool:
+        """Whether applying this step incrementally would cost more than REBUILD_RATIO times the
+        step's input (rows x pages): each tree update checks the whole tree (O(nodes + queries),
+        and O(pages listed) when it takes new pages), and each join scans the previous rows. So
+        a step with many updates (a large batch where every row appends, reordered rows, many
+        joins) rebuilds instead, which keeps every step linear in its input."""
+        P, olens = self.page_size, self._lens
+        R, Ro = lens.shape[0], olens.shape[0]
+        has = prev >= 0
+        o = np.where(has, prev, 0)
+        grows = int(np.count_nonzero(has & (lens > olens[o]))) + joins
+        opens = int(np.count_nonzero(has & ((lens + P - 1) // P > (olens[o] + P - 1) // P))) + joins
+        updates = (R - k) + (Ro - k) + grows
+        size = self.tree.num_nodes + Ro
+        cost = updates * size + (opens + joins) * self._bt.size
+        return cost > REBUILD_RATIO * (bt.size + R)
 
     def _match_moved(self, bt, lens, prev, missing) -> None:
         """Rows that do not continue the row at their own index: look them up by the page that

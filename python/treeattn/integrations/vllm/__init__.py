@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Mapping
 
 BACKEND_PATH = "treeattn.integrations.vllm.backend.TreeAttnBackend"
 
@@ -41,15 +41,18 @@ _KEYS = {"planner": str, "preset": str, "headroom": float}
 
 def load_config(environ: Any = None) -> Dict[str, Any]:
     """The plugin's settings: TREEATTN_VLLM_* variables over the JSON file TREEATTN_VLLM_CONFIG
-    over the defaults. Raises ValueError naming the variable or file on a bad value."""
+    over the defaults. Raises ValueError naming the variable or file on a bad value, TypeError
+    naming `environ` when it is not a mapping."""
     env = os.environ if environ is None else environ
+    if not isinstance(env, Mapping):
+        raise TypeError(f"environ: expected a mapping of variables, got {type(env).__name__}")
     cfg: Dict[str, Any] = {"planner": "auto", "preset": None, "headroom": 2.0}
     path = env.get("TREEATTN_VLLM_CONFIG")
     if path:
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:  # RecursionError: deep nesting
             raise ValueError(f"TREEATTN_VLLM_CONFIG: cannot read {path!r}: {e}") from None
         if not isinstance(data, dict):
             raise ValueError(f"TREEATTN_VLLM_CONFIG: {path!r} must hold a JSON object")
@@ -70,6 +73,8 @@ def _convert(name: str, key: str, value: Any) -> Any:
     import treeattn
 
     if key == "headroom":
+        if isinstance(value, bool):
+            raise ValueError(f"{name}: expected a number >= 1, got {value!r}")
         try:
             v = float(value)
         except (TypeError, ValueError):
