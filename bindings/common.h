@@ -50,6 +50,33 @@ T int_arg(const char* name, nb::handle value, T lo = std::numeric_limits<T>::min
 /// bytes, got int" or ValueError "name: not UTF-8 (...)".
 std::string text_arg(const char* name, nb::handle value);
 
+/// Parameters shown as `str` / `bool` in signatures that take any object, converted with
+/// text_arg / bool_arg (so a wrong type gets an error naming the parameter; see IntParam).
+using StrParam = nb::typed<nb::handle, nb::str>;
+using BoolParam = nb::typed<nb::handle, bool>;
+
+/// A Python bool or numpy.bool_. Throws TypeError "name: expected a bool, got str".
+bool bool_arg(const char* name, nb::handle value);
+
+/// A real number: a Python int or float or a numpy integer or floating scalar (not a bool).
+/// Throws TypeError "name: expected a number, got str".
+double real_arg(const char* name, nb::handle value);
+
+/// A file path: str, bytes or os.PathLike. Throws TypeError "name: expected a path (str, bytes
+/// or os.PathLike), got int".
+std::string path_arg(const char* name, nb::handle value);
+
+/// A sequence of ints (a list, tuple, range or 1-D array; not str or bytes), each checked like
+/// check_int within [lo, hi]: TypeError "name: expected a sequence of ints, got str", or the
+/// element's error naming "name[i]".
+std::vector<int64_t> int_list_arg(const std::string& name, nb::handle value,
+                                  int64_t lo = std::numeric_limits<int32_t>::min(),
+                                  int64_t hi = std::numeric_limits<int32_t>::max());
+/// int_list_arg as int32 (the default range).
+std::vector<int32_t> int32_list_arg(const std::string& name, nb::handle value);
+/// A sequence of rows, each an int32_list_arg named "name[r]" (block tables as lists).
+std::vector<std::vector<int32_t>> int32_table_arg(const std::string& name, nb::handle value);
+
 /// DLPack device types we accept.
 inline constexpr int kDlCpu = 1;
 inline constexpr int kDlCuda = 2;

@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "common.h"
 #include "treeattn/common/error.h"
@@ -271,6 +274,23 @@ void scatter_f32(const float* src, const AnyArray& a) {
   }
 }
 
+/// Refuses an output array two of whose elements share memory (a dim of size > 1 with stride 0,
+/// e.g. torch's expand(), or strides that interleave): writing it would leave garbage. Checked
+/// as: with the dims sorted by |stride|, each stride exceeds the span of the smaller ones.
+void check_no_overlap(const AnyArray& a, const char* name) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) of the dims of size > 1
+  for (size_t d = 0; d < a.ndim(); ++d)
+    if (a.shape(d) > 1) dims.push_back({std::abs(a.stride(d)), static_cast<int64_t>(a.shape(d))});
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 0;  // elements covered by the dims so far, minus one
+  for (const auto& [stride, size] : dims) {
+    TA_CHECK_ARG(stride > span, name, "has overlapping elements (strides of ", shape_str(a),
+                 " repeat memory, e.g. an expand()ed view); pass a writable array with distinct "
+                 "elements");
+    span += stride * (size - 1);
+  }
+}
+
 void check_out(const ExpectedShape& e, const AnyArray& q, const AnyArray& out) {
   check_same_device(out, "out", q);
   if (out.dtype() != q.dtype())
@@ -280,6 +300,7 @@ void check_out(const ExpectedShape& e, const AnyArray& q, const AnyArray& out) {
   check_dim(out, "out", 0, e.num_queries, "num_queries", "the plan");
   check_dim(out, "out", 1, e.num_qo_heads, "num_qo_heads", "the plan");
   check_dim(out, "out", 2, e.head_dim, "head_dim", "the plan");
+  check_no_overlap(out, "out");
 }
 
 void check_lse(const ExpectedShape& e, const AnyArray& q, const AnyArray& lse) {
@@ -289,6 +310,7 @@ void check_lse(const ExpectedShape& e, const AnyArray& q, const AnyArray& lse) {
   check_ndim(lse, "lse", 2, "[num_queries, num_qo_heads]");
   check_dim(lse, "lse", 0, e.num_queries, "num_queries", "the plan");
   check_dim(lse, "lse", 1, e.num_qo_heads, "num_qo_heads", "the plan");
+  check_no_overlap(lse, "lse");
 }
 
 ExpectedShape expected_from_plan(const PlanState& st) {
@@ -422,8 +444,9 @@ void decode(PyPlan& p, const AnyArray& q, const AnyArray& k, std::optional<AnyAr
 }
 
 void reference(const PrefixTree& caller_tree, const AnyArray& q, const AnyArray& k,
-               std::optional<AnyArray> v, const std::vector<int32_t>& queries, const AnyArray& out,
+               std::optional<AnyArray> v, nb::handle queries_arg, const AnyArray& out,
                const AnyArray& lse, std::optional<double> sm_scale) {
+  const std::vector<int32_t> queries = int32_list_arg("queries", queries_arg);
   // A copy: the oracle runs without the GIL, while other threads may update the caller's tree.
   PrefixTree tree = caller_tree;
   if (q.device_type() != kDlCpu) type_fail("q: reference() needs CPU arrays");
@@ -552,8 +575,12 @@ void register_decode(nb::module_& m) {
         "Low-level decode: every tensor given (out/lse preallocated), stream as an integer "
         "handle. Use treeattn.decode().");
   m.def("reference", &reference, nb::arg("tree"), nb::arg("q").noconvert(),
-        nb::arg("k_cache").noconvert(), nb::arg("v_cache").noconvert().none(), nb::arg("queries"),
-        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("sm_scale"),
+        nb::arg("k_cache").noconvert(), nb::arg("v_cache").noconvert().none(),
+        nb::arg("queries").none(), nb::arg("out").noconvert(), nb::arg("lse").noconvert(),
+        nb::arg("sm_scale"),
+        nb::sig("def reference(tree: PrefixTree, q: ndarray[], k_cache: ndarray[], v_cache: "
+                "ndarray[] | None, queries: collections.abc.Sequence[int], out: ndarray[], lse: "
+                "ndarray[], sm_scale: float | None) -> None"),
         "Low-level float64 oracle into preallocated float64 out/lse. Use treeattn.reference().");
 #if TREEATTN_PY_WITH_CUDA
   m.attr("with_cuda") = true;

@@ -241,8 +241,17 @@ void register_plan(nb::module_& m) {
             check_coverage(st->tree, st->plan);
           },
           "Raises RuntimeError unless every (query, KV token) pair is covered exactly once.")
-      .def("fits", &PyPlan::fits, nb::arg("other"),
-           "Whether `other` fits this plan's device layout (update() would succeed).")
+      .def(
+          "fits",
+          [](const PyPlan& p, nb::handle other) {
+            if (!nb::isinstance<PyPlan>(other))
+              throw nb::type_error(("other: expected a treeattn.Plan, got " +
+                                    nb::cast<std::string>(other.type().attr("__name__")))
+                                       .c_str());
+            return p.fits(nb::cast<const PyPlan&>(other));
+          },
+          nb::arg("other").none(), nb::sig("def fits(self, other: Plan) -> bool"),
+          "Whether `other` fits this plan's device layout (update() would succeed).")
       .def("_to_device", &PyPlan::to_device, nb::arg("device"), nb::arg("stream"))
       .def("_update", &PyPlan::update, nb::arg("other"), nb::arg("stream"))
       .def("release_device", &PyPlan::release_device,

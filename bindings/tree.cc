@@ -158,6 +158,26 @@ nb::dict workload_dict(const Workload& w, size_t index) {
   return d;
 }
 
+/// Field values of DeviceInfo, by the field's type (the ranges are checked where the planners
+/// use a DeviceInfo: plan(), Plan.stats(), naming "device.<field>").
+std::string field_value(const char* name, nb::handle v, const std::string*) {
+  return text_arg(name, v);
+}
+int32_t field_value(const char* name, nb::handle v, const int32_t*) { return int_arg(name, v); }
+double field_value(const char* name, nb::handle v, const double*) { return real_arg(name, v); }
+bool field_value(const char* name, nb::handle v, const bool*) { return bool_arg(name, v); }
+
+/// A read-write DeviceInfo property whose setter checks the value's type, naming the field.
+template <typename T>
+void def_field(nb::class_<DeviceInfo>& c, const char* name, T DeviceInfo::*field) {
+  c.def_prop_rw(
+      name, [field](const DeviceInfo& d) { return d.*field; },
+      [name, field](DeviceInfo& d, nb::typed<nb::handle, T> v) {
+        d.*field = field_value(name, v, static_cast<const T*>(nullptr));
+      },
+      nb::for_setter(nb::arg("value").none()));
+}
+
 }  // namespace
 
 void register_tree(nb::module_& m) {
@@ -175,50 +195,59 @@ void register_tree(nb::module_& m) {
                   "query per request, in order. num_pages = 0 means max page id + 1.")
       .def_static(
           "from_block_tables",
-          [](const std::vector<std::vector<int32_t>>& block_tables,
-             const std::vector<int64_t>& seq_lens, IntParam page_size, IntParam num_pages) {
+          [](nb::handle block_tables, nb::handle seq_lens, IntParam page_size, IntParam num_pages) {
             const int32_t ps = int_arg("page_size", page_size);
             const int32_t np = int_arg("num_pages", num_pages);
-            return tree_from_block_tables(block_tables, seq_lens, ps, np);
+            return tree_from_block_tables(
+                int32_table_arg("block_tables", block_tables),
+                int_list_arg("seq_lens", seq_lens, std::numeric_limits<int64_t>::min(),
+                             std::numeric_limits<int64_t>::max()),
+                ps, np);
           },
-          nb::arg("block_tables"), nb::arg("seq_lens"), nb::arg("page_size").none() = 16,
-          nb::arg("num_pages").none() = 0,
+          nb::arg("block_tables").none(), nb::arg("seq_lens").none(),
+          nb::arg("page_size").none() = 16, nb::arg("num_pages").none() = 0,
           nb::sig("def from_block_tables(block_tables: collections.abc.Sequence[collections.abc."
                   "Sequence[int]], seq_lens: collections.abc.Sequence[int], page_size: int = 16, "
                   "num_pages: int = 0) -> PrefixTree"),
           "Same, from lists: block_tables[r] holds at least ceil(seq_lens[r] / "
           "page_size) page ids.")
-      .def_static("from_json", &tree_from_json_file, nb::arg("path"),
-                  "Reads the stable JSON tree format from a file.")
+      .def_static(
+          "from_json", [](nb::handle path) { return tree_from_json_file(path_arg("path", path)); },
+          nb::arg("path").none(), nb::sig("def from_json(path: str | os.PathLike) -> PrefixTree"),
+          "Reads the stable JSON tree format from a file.")
       .def_static(
           "from_json_str", [](nb::handle text) { return tree_from_json(text_arg("text", text)); },
           nb::arg("text").none(), nb::sig("def from_json_str(text: str | bytes) -> PrefixTree"),
           "Parses the stable JSON tree format from a string (or UTF-8 bytes).")
       .def_static(
           "from_levels",
-          [](const std::string& text, const std::string& layout, IntParam seed) {
+          [](StrParam text, StrParam layout, IntParam seed) {
             const uint64_t s = int_arg<uint64_t>("seed", seed);
-            return tree_from_levels(parse_levels(text), parse_layout(layout), s);
+            return tree_from_levels(parse_levels(text_arg("levels", text)),
+                                    parse_layout(text_arg("layout", layout)), s);
           },
-          nb::arg("levels"), nb::arg("layout") = "contiguous", nb::arg("seed").none() = 0,
+          nb::arg("levels").none(), nb::arg("layout").none() = "contiguous",
+          nb::arg("seed").none() = 0,
           nb::sig("def from_levels(levels: str, layout: str = 'contiguous', seed: int = 0) -> "
                   "PrefixTree"),
           "Level spec such as 'N=1,8 C=2048,128 [heads=32/8] [page=16] [dim=128]'; pages "
           "'contiguous' or 'shuffled' (with seed).")
       .def_static(
           "from_workload",
-          [](const std::string& key, const std::string& layout, IntParam seed) {
+          [](StrParam key, StrParam layout, IntParam seed) {
             const uint64_t s = int_arg<uint64_t>("seed", seed);
-            return build_workload(find_workload(key), parse_layout(layout), s);
+            return build_workload(find_workload(text_arg("key", key)),
+                                  parse_layout(text_arg("layout", layout)), s);
           },
-          nb::arg("key"), nb::arg("layout") = "contiguous", nb::arg("seed").none() = 0,
+          nb::arg("key").none(), nb::arg("layout").none() = "contiguous",
+          nb::arg("seed").none() = 0,
           nb::sig("def from_workload(key: str, layout: str = 'contiguous', seed: int = 0) -> "
                   "PrefixTree"),
           "An embedded workload by 'set:index' (e.g. 'fasttree:3') or by its exact name.")
       .def_static(
           "random",
           [](IntParam seed, IntParam max_nodes, IntParam max_queries, IntParam max_tokens_per_node,
-             IntParam max_roots, IntParam page_size, bool shuffle_pages) {
+             IntParam max_roots, IntParam page_size, BoolParam shuffle_pages) {
             const uint64_t s = int_arg<uint64_t>("seed", seed);
             RandomTreeOptions o;
             o.max_nodes = int_arg("max_nodes", max_nodes);
@@ -226,13 +255,13 @@ void register_tree(nb::module_& m) {
             o.max_tokens_per_node = int_arg("max_tokens_per_node", max_tokens_per_node);
             o.max_roots = int_arg("max_roots", max_roots);
             o.page_size = int_arg("page_size", page_size);
-            o.shuffle_pages = shuffle_pages;
+            o.shuffle_pages = bool_arg("shuffle_pages", shuffle_pages);
             return random_tree(s, o);
           },
           nb::arg("seed").none(), nb::arg("max_nodes").none() = 64,
           nb::arg("max_queries").none() = 64, nb::arg("max_tokens_per_node").none() = 300,
           nb::arg("max_roots").none() = 3, nb::arg("page_size").none() = 16,
-          nb::arg("shuffle_pages") = true,
+          nb::arg("shuffle_pages").none() = true,
           nb::sig("def random(seed: int, max_nodes: int = 64, max_queries: int = 64, "
                   "max_tokens_per_node: int = 300, max_roots: int = 3, page_size: int = 16, "
                   "shuffle_pages: bool = True) -> PrefixTree"),
@@ -274,9 +303,11 @@ void register_tree(nb::module_& m) {
           "(version + 1); it must stay above every page id in use or in free_pages.")
       .def_prop_rw(
           "free_pages", [](const PrefixTree& t) { return t.free_pages; },
-          [](PrefixTree& t, const std::vector<int32_t>& v) {
-            set_checked(t, &PrefixTree::free_pages, v);
+          [](PrefixTree& t, nb::handle v) {
+            set_checked(t, &PrefixTree::free_pages, int32_list_arg("free_pages", v));
           },
+          nb::for_setter(nb::sig("def free_pages(self, arg: collections.abc.Sequence[int], /) "
+                                 "-> None")),
           "Pool the updates take new pages from when none are passed; setting it validates the "
           "tree (each page in range, listed once, not in use).")
       .def_prop_ro(
@@ -305,12 +336,13 @@ void register_tree(nb::module_& m) {
       .def("unique_tokens", &unique_tokens, "Tokens over live nodes some query uses.")
       .def(
           "append_tokens",
-          [](PrefixTree& t, IntParam q, IntParam k, const std::vector<int32_t>& new_pages) {
+          [](PrefixTree& t, IntParam q, IntParam k, nb::handle new_pages) {
             const int32_t query = int_arg("query", q);
-            t.append_tokens(query, int_arg("k", k), new_pages);
+            const int32_t count = int_arg("k", k);
+            t.append_tokens(query, count, int32_list_arg("new_pages", new_pages));
           },
           nb::arg("query").none(), nb::arg("k").none() = 1,
-          nb::arg("new_pages") = std::vector<int32_t>{},
+          nb::arg("new_pages").none() = nb::tuple(),
           nb::sig("def append_tokens(self, query: int, k: int = 1, new_pages: "
                   "collections.abc.Sequence[int] = []) -> None"),
           "Appends k tokens to a query (its leaf grows, or it forks into a new child). New "
@@ -369,51 +401,56 @@ void register_tree(nb::module_& m) {
                ", num_pages=" + std::to_string(t.num_pages) + ")";
       });
 
-  nb::class_<DeviceInfo>(m, "DeviceInfo",
-                         "What the planners' cost model knows about a GPU (plain values; every "
-                         "field of the C++ DeviceInfo, include/treeattn/plan/cost/device_info.h).")
-      .def(nb::init<>())
-      .def_static("preset", &device_preset, nb::arg("name"), "'a100', 'h100' or 'h200'.")
-      .def_rw("name", &DeviceInfo::name)
-      .def_rw("num_sms", &DeviceInfo::num_sms)
-      .def_rw("smem_per_sm_bytes", &DeviceInfo::smem_per_sm_bytes)
-      .def_rw("hbm_read_GBps", &DeviceInfo::hbm_read_GBps)
-      .def_rw("tc_TFLOPs", &DeviceInfo::tc_TFLOPs)
-      .def_rw("mma_efficiency", &DeviceInfo::mma_efficiency)
-      .def_rw("launch_overhead_us", &DeviceInfo::launch_overhead_us)
-      .def_rw("item_overhead_us", &DeviceInfo::item_overhead_us)
-      .def_rw("ctas_per_sm", &DeviceInfo::ctas_per_sm)
-      .def_rw("merge_launch_us", &DeviceInfo::merge_launch_us)
-      .def_rw("tile_latency_us", &DeviceInfo::tile_latency_us)
-      .def_rw("tile_latency_m128_us", &DeviceInfo::tile_latency_m128_us)
-      .def_rw("tile_latency_wide_us", &DeviceInfo::tile_latency_wide_us)
-      .def_rw("merge_slot_us", &DeviceInfo::merge_slot_us)
-      .def_rw("wide_ctas_per_sm", &DeviceInfo::wide_ctas_per_sm)
-      .def_rw("wide_m16_ctas_per_sm", &DeviceInfo::wide_m16_ctas_per_sm)
-      .def_rw("m128_ctas_per_sm", &DeviceInfo::m128_ctas_per_sm)
-      .def_rw("mask_penalty", &DeviceInfo::mask_penalty)
-      .def_rw("mask_penalty_m16", &DeviceInfo::mask_penalty_m16)
-      .def_rw("cta_bw_factor", &DeviceInfo::cta_bw_factor)
-      .def_rw("warpgroup_mma", &DeviceInfo::warpgroup_mma)
-      .def_rw("latency_terms", &DeviceInfo::latency_terms)
-      .def_rw("first_launch_us", &DeviceInfo::first_launch_us)
-      .def_rw("pdl_launch_us", &DeviceInfo::pdl_launch_us)
-      .def_rw("round_trip_us", &DeviceInfo::round_trip_us)
-      .def_rw("cta_fixed_us", &DeviceInfo::cta_fixed_us)
-      .def_rw("prologue_round_trips", &DeviceInfo::prologue_round_trips)
-      .def_rw("merge_release_us", &DeviceInfo::merge_release_us)
-      .def_rw("merge_round_trips", &DeviceInfo::merge_round_trips)
+  nb::class_<DeviceInfo> device_info(
+      m, "DeviceInfo",
+      "What the planners' cost model knows about a GPU (plain values; every field of the C++ "
+      "DeviceInfo, include/treeattn/plan/cost/device_info.h).");
+  device_info.def(nb::init<>())
+      .def_static(
+          "preset", [](StrParam name) { return device_preset(text_arg("name", name)); },
+          nb::arg("name").none(), "'a100', 'h100' or 'h200'.")
       .def("__repr__", [](const DeviceInfo& d) {
         return "DeviceInfo(name='" + d.name + "', num_sms=" + std::to_string(d.num_sms) +
                ", hbm_read_GBps=" + std::to_string(d.hbm_read_GBps) +
                ", tc_TFLOPs=" + std::to_string(d.tc_TFLOPs) + ")";
       });
+  def_field(device_info, "name", &DeviceInfo::name);
+  def_field(device_info, "num_sms", &DeviceInfo::num_sms);
+  def_field(device_info, "smem_per_sm_bytes", &DeviceInfo::smem_per_sm_bytes);
+  def_field(device_info, "hbm_read_GBps", &DeviceInfo::hbm_read_GBps);
+  def_field(device_info, "tc_TFLOPs", &DeviceInfo::tc_TFLOPs);
+  def_field(device_info, "mma_efficiency", &DeviceInfo::mma_efficiency);
+  def_field(device_info, "launch_overhead_us", &DeviceInfo::launch_overhead_us);
+  def_field(device_info, "item_overhead_us", &DeviceInfo::item_overhead_us);
+  def_field(device_info, "ctas_per_sm", &DeviceInfo::ctas_per_sm);
+  def_field(device_info, "merge_launch_us", &DeviceInfo::merge_launch_us);
+  def_field(device_info, "tile_latency_us", &DeviceInfo::tile_latency_us);
+  def_field(device_info, "tile_latency_m128_us", &DeviceInfo::tile_latency_m128_us);
+  def_field(device_info, "tile_latency_wide_us", &DeviceInfo::tile_latency_wide_us);
+  def_field(device_info, "merge_slot_us", &DeviceInfo::merge_slot_us);
+  def_field(device_info, "wide_ctas_per_sm", &DeviceInfo::wide_ctas_per_sm);
+  def_field(device_info, "wide_m16_ctas_per_sm", &DeviceInfo::wide_m16_ctas_per_sm);
+  def_field(device_info, "m128_ctas_per_sm", &DeviceInfo::m128_ctas_per_sm);
+  def_field(device_info, "mask_penalty", &DeviceInfo::mask_penalty);
+  def_field(device_info, "mask_penalty_m16", &DeviceInfo::mask_penalty_m16);
+  def_field(device_info, "cta_bw_factor", &DeviceInfo::cta_bw_factor);
+  def_field(device_info, "warpgroup_mma", &DeviceInfo::warpgroup_mma);
+  def_field(device_info, "latency_terms", &DeviceInfo::latency_terms);
+  def_field(device_info, "first_launch_us", &DeviceInfo::first_launch_us);
+  def_field(device_info, "pdl_launch_us", &DeviceInfo::pdl_launch_us);
+  def_field(device_info, "round_trip_us", &DeviceInfo::round_trip_us);
+  def_field(device_info, "cta_fixed_us", &DeviceInfo::cta_fixed_us);
+  def_field(device_info, "prologue_round_trips", &DeviceInfo::prologue_round_trips);
+  def_field(device_info, "merge_release_us", &DeviceInfo::merge_release_us);
+  def_field(device_info, "merge_round_trips", &DeviceInfo::merge_round_trips);
 
   m.def("planners", &planner_names, "Planner names accepted by plan(), in display order.");
   m.def("workload_sets", &workload_set_names, "'fasttree', 'pat', 'deft', 'forge', 'irregular'.");
   m.def(
       "workloads",
-      [](const std::string& set, bool details) -> nb::list {
+      [](StrParam set_arg, BoolParam details_arg) -> nb::list {
+        const std::string set = text_arg("set", set_arg);
+        const bool details = bool_arg("details", details_arg);
         nb::list out;
         std::vector<std::string> sets =
             set == "all" ? workload_set_names() : std::vector<std::string>{set};
@@ -428,7 +465,7 @@ void register_tree(nb::module_& m) {
         }
         return out;
       },
-      nb::arg("set") = "all", nb::arg("details") = false,
+      nb::arg("set").none() = "all", nb::arg("details").none() = false,
       "Workload names of a set ('fasttree', 'pat', 'deft', 'forge', 'irregular' or 'all'); with "
       "details=True, dicts with key ('set:index' for PrefixTree.from_workload), set, name, "
       "heads, head_dim, page_size, dtype, generated.");

@@ -162,6 +162,8 @@ def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
     info = DeviceInfo.preset(device) if isinstance(device, str) else device
     if not isinstance(info, DeviceInfo):
         raise TypeError(f"device: expected a preset name or DeviceInfo, got {type(device).__name__}")
+    if reuse is not None and not isinstance(reuse, _ext.Plan):
+        raise TypeError(f"reuse: expected a treeattn.Plan or None, got {type(reuse).__name__}")
     p = Plan(tree, planner, qo, kv, dim, _dtype_bytes(dtype), info, headroom)
     if reuse is not None:
         return reuse.update(p, stream)
@@ -192,10 +194,13 @@ def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
     _check_fresh(plan)
     for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out),
                     ("lse", lse)):
-        if x is not None and not hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):
+        if ((x is not None or name in ("q", "k_cache")) and not hasattr(x, "__dlpack__")
+                and not isinstance(x, np.ndarray)):
             raise TypeError(f"{name}: expected a DLPack array (torch, CuPy, JAX, numpy), got "
                             f"{type(x).__name__}")
         fw.check_array(name, x, writable=name in ("out", "lse"))
+    if not isinstance(return_lse, (bool, np.bool_)):
+        raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
     q, k_cache, v_cache = fw.detach(q), fw.detach(k_cache), fw.detach(v_cache)
     out, lse = fw.detach(out), fw.detach(lse)
     q_in = q
@@ -210,7 +215,8 @@ def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
     want_lse = return_lse or lse is not None
     if want_lse and lse is None:
         lse = fw.empty(q, (int(q.shape[0]), int(q.shape[1])), float32=True)
-    handle = fw.stream_handle(stream, q) if dev_type == fw.DL_CUDA else 0
+    # a given stream is checked on the CPU too (where it is not used)
+    handle = fw.stream_handle(stream, q) if dev_type == fw.DL_CUDA or stream is not None else 0
     target = out
     if fw.framework(out) == "numpy" and out.dtype.name == "bfloat16":
         target = np.empty(out.shape, np.float32)  # q was widened to float32 above
@@ -242,6 +248,6 @@ def reference(tree: PrefixTree, q: Any, k_cache: Any, v_cache: Any = None,
                          f"{tuple(shape) if shape is not None else type(q).__name__}")
     out = np.full((int(shape[0]), int(shape[1]), int(shape[2])), np.nan)
     lse = np.full((int(shape[0]), int(shape[1])), np.nan)
-    _ext.reference(tree, q, k_cache, v_cache, list(queries or []), out, lse,
+    _ext.reference(tree, q, k_cache, v_cache, [] if queries is None else queries, out, lse,
                    scale_arg(sm_scale))
     return out, lse

@@ -167,7 +167,7 @@ def device_index(device: Any) -> Optional[int]:
     if isinstance(device, str):
         if device == "cuda":
             return _current_device()
-        if device.startswith("cuda:"):
+        if device.startswith("cuda:") and device[5:].isascii() and device[5:].isdigit():
             return int(device[5:])
         raise ValueError(f"device: expected 'cuda' or 'cuda:N', got {device!r}")
     if hasattr(device, "__dlpack_device__"):

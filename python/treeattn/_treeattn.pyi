@@ -6,6 +6,7 @@ treeattn native extension (use the treeattn package, not this module directly)
 """
 
 from collections.abc import Sequence
+import os
 from typing import overload
 
 from numpy.typing import NDArray
@@ -36,7 +37,7 @@ class PrefixTree:
         """
 
     @staticmethod
-    def from_json(path: str) -> PrefixTree:
+    def from_json(path: str | os.PathLike) -> PrefixTree:
         """Reads the stable JSON tree format from a file."""
 
     @staticmethod

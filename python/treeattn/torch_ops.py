@@ -68,7 +68,13 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tenso
 
     plan: a treeattn.Plan (its ``handle`` is read) or the handle itself. The output is always a
     new tensor (no out=). Same tensor layouts and errors as treeattn.decode."""
-    handle = plan if isinstance(plan, int) else plan.handle
+    if isinstance(plan, _api.Plan):
+        handle = plan.handle
+    elif isinstance(plan, int) and not isinstance(plan, bool):
+        handle = plan
+    else:
+        raise TypeError(f"plan: expected a treeattn.Plan or its handle (an int), got "
+                        f"{type(plan).__name__}")
     scale = _api.scale_arg(sm_scale)
     if return_lse:
         return torch.ops.treeattn.decode_lse(q, k_cache, v_cache, handle, scale)

@@ -1,6 +1,9 @@
 // The stable JSON tree format (include/treeattn/tree/json.h): a small hand-written, strict JSON
-// reader (depth limit, exact integer ranges, \u escapes, duplicate keys rejected in every object,
-// errors naming the JSON path such as "nodes[3].parent") and the writer tree_to_json().
+// reader (depth limit, exact integer ranges, \u escapes, strings checked to be UTF-8, duplicate
+// keys rejected in every object, errors naming the JSON path such as "nodes[3].parent") and the
+// writer tree_to_json(). tree_from_json_file() refuses a path holding a NUL byte and a regular file
+// over the size limit before reading it, and reads a stream (a pipe, /dev/zero) in chunks up to
+// the limit into a buffer reserved once (resident memory: what was read).
 //
 // The reader is a single pass that fills the tree's own arrays: node fields, page ids as int32,
 // query node ids. Values it does not use ("dtype", "name", "comment") are checked and dropped;
@@ -76,6 +79,32 @@ std::string printable(char c) {
   char buf[8];
   std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned char>(c));
   return buf;
+}
+
+// Length of the well-formed UTF-8 sequence starting at s[i] (a byte >= 0x80), or 0 when it is not
+// one (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF, no truncation).
+size_t utf8_sequence(const std::string& s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = 0;
+  unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;  // overlong
+    if (c == 0xED) hi = 0x9F;  // surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;  // overlong
+    if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + n > s.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+  return n;
 }
 
 void append_utf8(std::string& out, unsigned cp) {
@@ -452,6 +481,16 @@ class Reader {
       const char c = s_[pos_++];
       if (c == '"') return escaped;
       if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        const size_t n = utf8_sequence(s_, pos_ - 1);
+        if (n == 0) {
+          --pos_;
+          fail(detail::concat("invalid UTF-8 byte '", printable(c), "' in string"));
+        }
+        if (out) out->append(s_, pos_ - 1, n);
+        pos_ += n - 1;
+        continue;
+      }
       if (c != '\\') {
         if (out) *out += c;
         continue;
@@ -726,21 +765,30 @@ PrefixTree tree_from_json(const std::string& text) {
 }
 
 PrefixTree tree_from_json_file(const std::string& path) {
+  // A C path ends at its first NUL: the file opened would not be the one named.
+  TA_CHECK_ARG(path.find('\0') == std::string::npos, "path", "contains a NUL byte");
   std::error_code ec;
   TA_CHECK_ARG(!std::filesystem::is_directory(path, ec), "path", "'", path,
                "' is a directory, expected a JSON tree file");
+  const auto too_large = [&] {
+    return detail::concat(
+        "'", path, "' is larger than the limit kMaxJsonFileBytes=", kMaxJsonFileBytes, " bytes");
+  };
+  const bool regular = std::filesystem::is_regular_file(path, ec);
+  const uintmax_t size = regular ? std::filesystem::file_size(path, ec) : 0;
+  TA_CHECK_ARG(!regular || ec || size <= static_cast<uintmax_t>(kMaxJsonFileBytes), "path",
+               too_large());
   std::ifstream in(path, std::ios::binary);
   TA_CHECK_ARG(in.good(), "path", "cannot open '", path, "'");
-  // Read in chunks up to the limit (the size of /dev/zero or a pipe is not known up front);
-  // the size of a regular file is reserved so that the text takes its size, not up to twice.
+  // Read in chunks up to the limit (the size of /dev/zero or a pipe is not known up front). The
+  // buffer is reserved once, at the file's size or for a stream at the limit plus one chunk
+  // (address space only: resident memory follows what is read), so it is never copied to grow.
   std::string text;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (!ec && size <= static_cast<uintmax_t>(kMaxJsonFileBytes)) text.reserve(size);
   char buf[1 << 16];
+  text.reserve(regular && !ec ? size : static_cast<size_t>(kMaxJsonFileBytes) + sizeof(buf));
   while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
     text.append(buf, static_cast<size_t>(in.gcount()));
-    TA_CHECK_ARG(static_cast<int64_t>(text.size()) <= kMaxJsonFileBytes, "path", "'", path,
-                 "' is larger than the limit kMaxJsonFileBytes=", kMaxJsonFileBytes, " bytes");
+    TA_CHECK_ARG(static_cast<int64_t>(text.size()) <= kMaxJsonFileBytes, "path", too_large());
   }
   TA_CHECK_ARG(!in.bad(), "path", "error reading '", path, "'");
   try {

@@ -473,7 +473,7 @@ TreeIndex build_index(const PrefixTree& tree) {
 }
 
 std::vector<int32_t> query_path(const PrefixTree& tree, int32_t q) {
-  TA_CHECK_ARG(q >= 0 && q < tree.num_queries(), "q", "query index ", q, " out of range [0, ",
+  TA_CHECK_ARG(q >= 0 && q < tree.num_queries(), "query", "index ", q, " out of range [0, ",
                tree.num_queries(), ")");
   const int32_t n = static_cast<int32_t>(tree.nodes.size());
   std::vector<int32_t> path;

@@ -32,7 +32,7 @@ namespace treeattn {
 namespace {
 
 void check_query(const PrefixTree& t, int32_t q) {
-  TA_CHECK_ARG(q >= 0 && q < t.num_queries(), "q", "query index ", q, " out of range [0, ",
+  TA_CHECK_ARG(q >= 0 && q < t.num_queries(), "query", "index ", q, " out of range [0, ",
                t.num_queries(), ")");
   const int32_t v = t.query_node[q];
   TA_CHECK_ARG(v >= 0 && v < static_cast<int32_t>(t.nodes.size()) && t.nodes[v].alive,
@@ -355,7 +355,8 @@ int32_t PrefixTree::add_query(int32_t node) {
 
 void PrefixTree::remove_query(int32_t q) {
   check_query(*this, q);
-  TA_CHECK_ARG(num_queries() > 1, "q", "cannot remove the last query (the tree would be empty)");
+  TA_CHECK_ARG(num_queries() > 1, "query",
+               "cannot remove the last query (the tree would be empty)");
   std::vector<int32_t> rest;
   rest.reserve(query_node.size() - 1);
   rest.insert(rest.end(), query_node.begin(), query_node.begin() + q);

@@ -1,10 +1,14 @@
-"""Shared helpers for the treeattn Python tests: random caches and block tables, and an
+"""Shared helpers for the treeattn Python tests: random caches and block tables, an
 independent float64 numpy oracle that reads the caches through per-query block tables (it
-does not use the tree, the plan or the library's reference)."""
+does not use the tree, the plan or the library's reference), and where the treeattn CLI was
+built."""
 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -80,6 +84,17 @@ def rng(request):
     seed = int(np.random.SeedSequence().entropy % (2**31))
     print(f"seed={seed}")
     return np.random.default_rng(seed)
+
+
+def cli_path() -> Optional[Path]:
+    """The treeattn CLI this checkout built: $TREEATTN_CLI, build/treeattn or
+    build-cpu/treeattn (None when there is none)."""
+    root = Path(__file__).resolve().parents[2]
+    for c in (os.environ.get("TREEATTN_CLI"), root / "build" / "treeattn",
+              root / "build-cpu" / "treeattn"):
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return Path(c).resolve()
+    return None
 
 
 def pytest_report_header(config):

@@ -35,6 +35,8 @@ from typing import List, Optional
 
 import pytest
 
+from conftest import cli_path
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 MARK = re.compile(r"^<!--\s*doc-test(?::\s*(.*?))?\s*-->$")
@@ -172,14 +174,6 @@ def workdir(b: Block, factory) -> Path:
 
 
 _WORKDIRS: dict = {}
-
-
-def cli_path() -> Optional[Path]:
-    for c in (os.environ.get("TREEATTN_CLI"), ROOT / "build" / "treeattn",
-              ROOT / "build-cpu" / "treeattn"):
-        if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return Path(c).resolve()
-    return None
 
 
 def env(gpu: bool = True) -> dict:

@@ -3,7 +3,6 @@
 
 #include <sys/stat.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -31,6 +30,29 @@ bool parse_digits(const std::string& s, size_t begin, uint64_t* out) {
   }
   *out = v;
   return true;
+}
+
+/// A decimal real: an optional '-', digits with an optional fraction (at least one digit), an
+/// optional exponent ('e' or 'E', an optional sign, digits). No whitespace, '+', hex or names.
+bool is_decimal_real(const std::string& s) {
+  size_t i = s.size() > 0 && s[0] == '-' ? 1 : 0;
+  const auto digits = [&] {
+    const size_t start = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    return i - start;
+  };
+  size_t n = digits();
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    n += digits();
+  }
+  if (n == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == s.size();
 }
 
 }  // namespace
@@ -139,14 +161,13 @@ double Args::real(const std::string& name, double def, double lo, double hi) con
   const auto it = values_.find(name);
   if (it == values_.end()) return def;
   const std::string& s = it->second;
+  // strtod alone would also take leading whitespace, hex floats, "nan" and "infinity"
+  const bool decimal = is_decimal_real(s);
   char* end = nullptr;
   errno = 0;
-  // strtod would skip leading whitespace: refused here, as trailing characters are
-  const bool starts_ok =
-      !s.empty() && !std::isspace(static_cast<unsigned char>(s[0])) && s[0] != '+';
-  const double v = starts_ok ? std::strtod(s.c_str(), &end) : NAN;
-  if (!starts_ok || errno != 0 || end == s.c_str() || *end != '\0' || !std::isfinite(v))
-    fail(name, "expected a finite number, got '" + s + "'");
+  const double v = decimal ? std::strtod(s.c_str(), &end) : NAN;
+  if (!decimal || errno != 0 || *end != '\0' || !std::isfinite(v))
+    fail(name, "expected a finite decimal number, got '" + s + "'");
   if (v < lo || v > hi) {
     std::ostringstream os;
     os << "value " << v << " out of range [" << lo << ", " << hi << "]";

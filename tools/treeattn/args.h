@@ -3,7 +3,8 @@
 // (unknown flags, positional words, missing or malformed values) throws std::invalid_argument
 // whose message starts with the offending flag, which main() prints before exiting with code 2.
 // Numbers are parsed strictly (decimal digits only, a '-' only where negatives make sense, no
-// whitespace, '+' or trailing characters) and range-checked. Flags that name files say whether
+// whitespace, '+', hex forms or trailing characters; reals in decimal notation only) and
+// range-checked. Flags that name files say whether
 // the command reads or writes them, and an output that is the same file as an input or another
 // output (same device and inode: links and other spellings of a path count) is refused before
 // anything runs.

@@ -17,8 +17,8 @@
 // on a plan copy whose shape says num_kv_heads = checked heads, num_qo_heads = group x that.
 // Random K/V exist only for the pages the tree uses: the tree is checked with its used page ids
 // renumbered densely in increasing order (compact_pages), so a large declared num_pages costs
-// nothing. Every line says how many queries and KV heads it compared; --json FILE writes the
-// results as JSON ('-' = stdout).
+// nothing. A planner run that fails says why in its FAIL line and on stderr. Every line says how
+// many queries and KV heads it compared; --json FILE writes the results as JSON ('-' = stdout).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -179,6 +179,8 @@ int check_command(int argc, char** argv) {
       } catch (const std::exception& e) {
         verdict = "FAIL";
         detail = std::string("error: ") + e.what();
+        std::fprintf(stderr, "treeattn check: %s on %s: %s\n", name.c_str(), p.name.c_str(),
+                     e.what());
       }
       passed += verdict == "PASS";
       json.text() << (total > 1 ? ", " : "") << "{\"workload\": \"" << json_escape(p.name)

@@ -21,8 +21,9 @@ constexpr bool kWithCuda = true;
 constexpr bool kWithCuda = false;
 #endif
 
-void print_usage() {
-  std::printf(
+void print_usage(FILE* out) {
+  std::fprintf(
+      out,
       "usage: treeattn <command> [flags]\n"
       "commands:\n"
       "  plan       plan a tree and print plan statistics per planner\n"
@@ -48,7 +49,8 @@ int bench_command(int, char**) {
 int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
-    print_usage();
+    // no command is an error: the usage goes to stderr with exit code 2
+    print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
@@ -63,7 +65,7 @@ int main(int argc, char** argv) {
     if (cmd == "workloads") return treeattn::cli::workloads_command(argc, argv);
     if (cmd == "bench") return treeattn::cli::bench_command(argc, argv);
     std::fprintf(stderr, "treeattn: unknown command '%s'\n", cmd.c_str());
-    print_usage();
+    print_usage(stderr);
     return 2;
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "treeattn %s: %s\n", cmd.c_str(), e.what());

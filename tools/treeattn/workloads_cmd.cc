@@ -2,6 +2,8 @@
 // with its node, query and unique-token counts; --json [FILE] writes them as JSON too (bare
 // --json or '-': JSON on stdout, the table on stderr), as plan and check do.
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 
 #include "args.h"
 #include "cli_util.h"
@@ -20,7 +22,13 @@ int workloads_command(int argc, char** argv) {
     return 0;
   }
   const std::string only = a.str("set", "all");
-  if (only != "all") workload_set(only);  // validates the name (throws naming "workload")
+  if (only != "all") {
+    try {
+      workload_set(only);  // validates the name
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(std::string("--set: ") + e.what());
+    }
+  }
   JsonOut json(a.str("json"), "workloads");
   FILE* const out = json.human();
   json.text() << "{\"command\": \"workloads\", \"workloads\": [";

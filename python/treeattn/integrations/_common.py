@@ -42,8 +42,11 @@ def load_config(prefix: str, environ: Optional[Mapping[str, str]] = None,
                 extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Settings 'planner', 'preset', 'headroom' and the string keys of `extra` (name -> default)
     from ``{prefix}_*`` variables over the JSON file ``{prefix}_CONFIG`` over the defaults.
-    Raises ValueError naming the variable or file on a bad value."""
+    Raises ValueError naming the variable or file on a bad value, TypeError naming `environ`
+    when it is not a mapping."""
     env = os.environ if environ is None else environ
+    if not isinstance(env, Mapping):
+        raise TypeError(f"environ: expected a mapping of variables, got {type(env).__name__}")
     cfg: Dict[str, Any] = dict(_KEYS, **(extra or {}))
     path = env.get(f"{prefix}_CONFIG")
     if path:
@@ -51,7 +54,7 @@ def load_config(prefix: str, environ: Optional[Mapping[str, str]] = None,
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:  # RecursionError: deep nesting
             raise ValueError(f"{name}: cannot read {path!r}: {e}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{name}: {path!r} must hold a JSON object")
@@ -72,6 +75,8 @@ def _convert(name: str, key: str, value: Any) -> Any:
     import treeattn
 
     if key == "headroom":
+        if isinstance(value, bool):
+            raise ValueError(f"{name}: expected a number >= 1, got {value!r}")
         try:
             v = float(value)
         except (TypeError, ValueError):

@@ -19,6 +19,7 @@ without copying.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Hashable, Optional, Tuple
 
 import numpy as np
@@ -34,7 +35,9 @@ __all__ = ["ServingCore", "split_packed_kv"]
 def split_packed_kv(kv_cache: Any, head_size: int) -> Tuple[Any, Any]:
     """(k_cache, v_cache) views ``[num_blocks, block_size, num_kv_heads, head_size]`` of vLLM's
     packed per-layer cache ``[num_blocks, num_kv_heads, block_size, 2 * head_size]`` (a torch
-    tensor; no copy). Raises ValueError naming 'kv_cache' on another shape."""
+    tensor; no copy). Raises ValueError naming 'kv_cache' on another shape (TypeError /
+    ValueError naming 'head_size' unless it is an int >= 1)."""
+    head_size = check_int("head_size", head_size, 1)
     shape = tuple(getattr(kv_cache, "shape", ()))
     if len(shape) != 4 or shape[3] != 2 * head_size:
         raise ValueError(f"kv_cache: expected [num_blocks, num_kv_heads, block_size, "
@@ -63,8 +66,9 @@ class ServingCore:
         if num_qo_heads % num_kv_heads:
             raise ValueError(f"num_qo_heads: {num_qo_heads} is not a multiple of num_kv_heads "
                              f"{num_kv_heads}")
-        if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or headroom < 1:
-            raise ValueError(f"headroom: expected a number >= 1, got {headroom!r}")
+        if (isinstance(headroom, bool) or not isinstance(headroom, (int, float))
+                or not math.isfinite(headroom) or headroom < 1):
+            raise ValueError(f"headroom: expected a finite number >= 1, got {headroom!r}")
         self.shape = (int(num_qo_heads), int(num_kv_heads), int(head_dim))
         self.planner, self.preset, self.kv_dtype = planner, preset, kv_dtype
         # planner, preset and kv_dtype are checked now by planning a one-token tree with them
@@ -154,7 +158,9 @@ class ServingCore:
         if s.tree is None:
             return False
         bt, lens = s._bt, s._lens
-        g = ~s._pad if grow is None else np.asarray(grow, bool)
+        g = ~s._pad if grow is None else np.asarray(grow)
+        if g.dtype != bool:
+            raise TypeError(f"grow: expected a boolean mask, got dtype {g.dtype}")
         if g.shape != lens.shape:
             raise ValueError(f"grow: expected {lens.shape[0]} entries, got shape {g.shape}")
         if (lens[g] % s.page_size == 0).any():
@@ -201,7 +207,10 @@ def _device_of(device: Any):
     if isinstance(device, torch.device):
         return device
     if isinstance(device, str):
-        return torch.device(device)
+        try:
+            return torch.device(device)
+        except RuntimeError as e:
+            raise ValueError(f"device: {e}") from None
     if device is None:
         return torch.device("cpu")
     raise TypeError(f"device: expected a torch.device or a string, got {type(device).__name__}")
