@@ -135,7 +135,7 @@ void append_many(PrefixTree& t, const std::vector<int32_t>& queries,
                  const std::vector<int32_t>& given) {
   const bool bulk = page_ptr != nullptr;
   const auto q_name = [&](size_t i) {
-    return bulk ? detail::concat("queries[", i, "]") : std::string("q");
+    return bulk ? detail::concat("queries[", i, "]") : std::string("query");
   };
   const auto k_name = [&](size_t i) {
     return bulk ? detail::concat("counts[", i, "]") : std::string("k");
@@ -217,7 +217,8 @@ void append_many(PrefixTree& t, const std::vector<int32_t>& queries,
                  " node slots and the appends add ", forks,
                  ", the limit kMaxTreeNodes=", kMaxTreeNodes);
     TA_CHECK_ARG(max_id <= std::numeric_limits<int64_t>::max() - forks, "nodes", "no free node id");
-    check_path_depth_sum(t, forks, bulk ? "queries" : "q");  // each fork lengthens a path by one
+    check_path_depth_sum(t, forks,
+                         bulk ? "queries" : "query");  // each fork lengthens a path by one
     start = node_starts(t);
   }
   // Fresh pages per query: a grown node fills its last page first; a forked child starts at
