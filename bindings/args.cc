@@ -111,20 +111,25 @@ std::string path_arg(const char* name, nb::handle value) {
                              .c_str());
   nb::object p = nb::steal(PyOS_FSPath(value.ptr()));
   if (!p.is_valid()) nb::raise_python_error();
-  if (PyBytes_Check(p.ptr()))
-    return std::string(PyBytes_AS_STRING(p.ptr()), PyBytes_GET_SIZE(p.ptr()));
+  if (PyBytes_Check(p.ptr())) {
+    char* buf = nullptr;
+    Py_ssize_t len = 0;
+    if (PyBytes_AsStringAndSize(p.ptr(), &buf, &len) != 0) nb::raise_python_error();
+    return std::string(buf, static_cast<size_t>(len));
+  }
   return text_arg(name, p);
 }
 
 namespace {
 
-/// The items of a sequence argument (a new reference to a list or tuple); str and bytes, though
-/// sequences, are refused. Throws TypeError "name: expected <what>, got <type>".
+/// The items of a sequence argument as a new list (only the limited C API: the extension is built
+/// for the stable ABI); str and bytes, though sequences, are refused. Throws TypeError
+/// "name: expected <what>, got <type>".
 nb::object sequence_arg(const std::string& name, nb::handle value, const char* what) {
   PyObject* v = value.ptr();
   if (PyUnicode_Check(v) || PyBytes_Check(v) || PyByteArray_Check(v) || !PySequence_Check(v))
     throw nb::type_error((name + ": expected " + what + ", got " + type_name_of(value)).c_str());
-  nb::object seq = nb::steal(PySequence_Fast(v, ""));
+  nb::object seq = nb::steal(PySequence_List(v));
   if (!seq.is_valid()) nb::raise_python_error();
   return seq;
 }
@@ -134,11 +139,10 @@ nb::object sequence_arg(const std::string& name, nb::handle value, const char* w
 std::vector<int64_t> int_list_arg(const std::string& name, nb::handle value, int64_t lo,
                                   int64_t hi) {
   const nb::object seq = sequence_arg(name, value, "a sequence of ints");
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
-  PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+  const Py_ssize_t n = PyList_Size(seq.ptr());
   std::vector<int64_t> out(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* e = items[i];
+    PyObject* e = PyList_GetItem(seq.ptr(), i);  // borrowed from seq
     if (PyLong_CheckExact(e)) {  // the common case, without building the element's name
       int overflow = 0;
       const long long x = PyLong_AsLongLongAndOverflow(e, &overflow);
@@ -161,11 +165,10 @@ std::vector<int32_t> int32_list_arg(const std::string& name, nb::handle value) {
 
 std::vector<std::vector<int32_t>> int32_table_arg(const std::string& name, nb::handle value) {
   const nb::object seq = sequence_arg(name, value, "a sequence of sequences of ints");
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+  const Py_ssize_t n = PyList_Size(seq.ptr());
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(n));
   for (Py_ssize_t r = 0; r < n; ++r)
-    out[r] = int32_list_arg(name + "[" + std::to_string(r) + "]",
-                            PySequence_Fast_GET_ITEM(seq.ptr(), r));
+    out[r] = int32_list_arg(name + "[" + std::to_string(r) + "]", PyList_GetItem(seq.ptr(), r));
   return out;
 }
 

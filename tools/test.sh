@@ -69,6 +69,22 @@ echo "== [5/6] python package"
 # --no-build-isolation: build with the locked scikit-build-core and nanobind of .venv
 "$PY" -m pip install -q --no-build-isolation . -C cmake.define.TREEATTN_CI_KERNELS=$subset
 "$PY" -m pytest tests/python -q
+# The GPU machines run Python 3.12, where the extension is built for the stable ABI (limited C
+# API): build it once that way too (CPU-only) when a Python 3.12 is here, so a binding that uses
+# a non-limited API fails here, not there.
+PY312=""
+for c in "$(command -v python3.12 || true)" /root/.pyenv/versions/3.12*/bin/python3.12; do
+  if [ -n "$c" ] && [ -x "$c" ] && "$c" -c 'import venv' 2>/dev/null; then PY312=$c; break; fi
+done
+if [ -n "$PY312" ]; then
+  [ -x build-abi3/venv/bin/python ] || "$PY312" -m venv build-abi3/venv
+  build-abi3/venv/bin/python -m pip install -q -c tools/constraints.txt nanobind scikit-build-core numpy
+  build-abi3/venv/bin/python -m pip install -q --no-build-isolation --no-deps . \
+    -C cmake.define.TREEATTN_CUDA=OFF -C build-dir=build-abi3/build
+  (cd build-abi3 && venv/bin/python -c 'import treeattn, sys; print("stable-ABI build:", sys.version.split()[0], treeattn.__file__)')
+else
+  echo "stable-ABI build: no Python 3.12 here, skipped"
+fi
 
 echo "== [6/6] vLLM contract tests"
 if [ "${SKIP_VLLM:-0}" != 1 ]; then
