@@ -787,7 +787,13 @@ PrefixTree tree_from_json_file(const std::string& path) {
   char buf[1 << 16];
   text.reserve(regular && !ec ? size : static_cast<size_t>(kMaxJsonFileBytes) + sizeof(buf));
   while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
+    const size_t got = static_cast<size_t>(in.gcount());
+    // JSON text never holds a NUL byte: a binary file or /dev/zero stops at its first chunk.
+    const void* nul = std::memchr(buf, 0, got);
+    TA_CHECK_ARG(nul == nullptr, "path", "'", path, "' holds a NUL byte at offset ",
+                 text.size() + static_cast<size_t>(static_cast<const char*>(nul) - buf),
+                 ": not JSON text");
+    text.append(buf, got);
     TA_CHECK_ARG(static_cast<int64_t>(text.size()) <= kMaxJsonFileBytes, "path", too_large());
   }
   TA_CHECK_ARG(!in.bad(), "path", "error reading '", path, "'");

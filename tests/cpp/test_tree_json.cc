@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -321,6 +322,24 @@ TEST(TreeJson, MemoryWithinSixTimesTheText) {
   EXPECT_EQ(unique_tokens(t), 2000 * 1600);
   EXPECT_LE(growth, 6 * static_cast<int64_t>(text.size()))
       << "peak grew by " << growth << " bytes for " << text.size() << " bytes of text";
+}
+
+TEST(TreeJson, StreamOfNulBytesStopsAtTheFirstChunk) {
+  // /dev/zero has no size: the reader streams it, and its first NUL byte ends the read (JSON text
+  // never holds one) instead of 256 MB of zeros read up to kMaxJsonFileBytes.
+  if (!std::filesystem::exists("/dev/zero")) GTEST_SKIP() << "no /dev/zero on this system";
+  const int64_t growth = peak_rss_growth([&] {
+    expect_invalid([&] { tree_from_json_file("/dev/zero"); }, {"path", "NUL byte at offset 0"});
+  });
+  if (growth >= 0) EXPECT_LT(growth, int64_t{64} << 20) << "peak grew by " << growth << " bytes";
+  // A NUL byte in the middle of a regular file is named at its offset.
+  const std::string file = ::testing::TempDir() + "/nul_inside.json";
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << R"({"page_size": 16,)" << '\0' << "}";
+  }
+  expect_invalid([&] { tree_from_json_file(file); }, {"path", "NUL byte at offset 17"});
+  std::filesystem::remove(file);
 }
 
 TEST(TreeJson, StringsWithEscapesAreAccepted) {

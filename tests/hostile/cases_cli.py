@@ -200,7 +200,7 @@ def _path_cases() -> List[CliCase]:
         CliCase("--tree nonexistent", ["plan", "--tree", "{d}/missing.json"], ["--tree"]),
         CliCase("--tree directory", ["plan", "--tree", "{d}"], ["--tree", "is a directory"]),
         CliCase("--tree /dev/zero", ["plan", "--tree", "/dev/zero"],
-                ["--tree", "kMaxJsonFileBytes"], mem_mb=300),
+                ["--tree", "NUL byte"], mem_mb=300),
         CliCase("--tree unreadable (/proc/self/mem)", ["plan", "--tree", "/proc/self/mem"],
                 ["--tree"]),
         CliCase("--tree sparse 300 MB file", ["plan", "--tree", "{d}/big.json"],
