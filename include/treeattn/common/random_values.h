@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "treeattn/common/error.h"
+#include "treeattn/common/fp8.h"
 #include "treeattn/common/host_device.h"
 
 namespace treeattn {
@@ -25,6 +26,10 @@ struct RandomInputSpec {
   int32_t num_qo_heads = 32, num_kv_heads = 8, head_dim = 128;
   bool bf16 = false;  ///< values rounded to bf16, else fp16
   uint64_t seed = 0;
+  /// K/V storage: kSame = rounded like q; fp8 = k stored as fp8(value / k_scale) (saturating),
+  /// standing for k_scale x stored (v likewise): the oracle sees those dequantized values.
+  KvDType kv_dtype = KvDType::kSame;
+  float k_scale = 1.f, v_scale = 1.f;
 };
 
 struct RandomValueStream {

@@ -9,11 +9,13 @@
 // which covers K/V each [num_pages, page_size, kv_heads, head_dim] (page_stride = P*H*D,
 // slot_stride = H*D, head_stride = D) and the combined [num_pages, 2, page_size, kv_heads,
 // head_dim] layout of vLLM/FlashInfer (v = k + P*H*D, page_stride = 2*P*H*D). head_dim is
-// contiguous and every stride is a multiple of 8 elements (16-byte loads).
+// contiguous and every stride is a multiple of 8 elements (16-byte loads of fp16/bf16, 8-byte
+// loads of an fp8 cache: DecodeArgs::kv_dtype).
 #pragma once
 
 #include <cstdint>
 
+#include "treeattn/common/fp8.h"
 #include "treeattn/plan/layout.h"
 #include "treeattn/plan/plan.h"
 
@@ -30,6 +32,15 @@ struct DecodeArgs {
   const void* k = nullptr;
   const void* v = nullptr;
   int64_t page_stride = 0, slot_stride = 0, head_stride = 0;
+  /// Element type of k and v: kSame = dtype; fp8 (e4m3 / e5m2) = one byte per element (the
+  /// strides stay in elements, so in bytes), dequantized as k_scale[0] x value for K and
+  /// v_scale[0] x value for V. The plan must have been made for it (layout.shape.kv_dtype_bytes 1).
+  KvDType kv_dtype = KvDType::kSame;
+  /// fp8 only: device float32 scalars, read by the kernels at run time (a captured CUDA graph
+  /// replays with the values they hold then); nullptr = 1. Finite and > 0 (not checked on the
+  /// device: the Python API checks host scales).
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   void* out = nullptr;  ///< [num_queries, num_qo_heads, head_dim], same dtype as q
   int64_t o_stride_query = 0, o_stride_head = 0;
   float* lse = nullptr;  ///< optional [num_queries, num_qo_heads], natural log; nullptr = skip

@@ -71,7 +71,8 @@ struct PlanShape {
   int32_t num_kv_heads = 8;
   int32_t head_dim = 128;
   int32_t page_size = 16;
-  int32_t dtype_bytes = 2;  ///< KV/Q/O element size (fp16/bf16)
+  int32_t dtype_bytes = 2;     ///< Q/O element size (fp16/bf16)
+  int32_t kv_dtype_bytes = 2;  ///< K/V element size: dtype_bytes, or 1 for an fp8 cache
   /// KV tokens of the tree's nodes that some query attends: every plan reads them at least once,
   /// so they bound its HBM traffic from below (re-reads of them may hit L2). 0 = unknown.
   int64_t unique_kv_tokens = 0;

@@ -16,7 +16,8 @@ struct PlanOptions {
   int32_t num_qo_heads = 32;
   int32_t num_kv_heads = 8;
   int32_t head_dim = 128;
-  int32_t dtype_bytes = 2;
+  int32_t dtype_bytes = 2;     ///< Q/O element size
+  int32_t kv_dtype_bytes = 0;  ///< K/V element size (1 = fp8 cache); 0 = dtype_bytes
   DeviceInfo device;  ///< the uncalibrated defaults of DeviceInfo (device_preset() gives presets)
 };
 
