@@ -107,7 +107,6 @@ Status fail(Status st, const char* fmt, ...) {
   return st;
 }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 bool stride_ok(int64_t s) { return s > 0 && s % 8 == 0; }
 
 template <typename F>
@@ -117,6 +116,19 @@ Status dispatch_dtype(DType dtype, F&& f) {
       return f(std::integral_constant<DType, DType::kFloat16>{});
     case DType::kBFloat16:
       return f(std::integral_constant<DType, DType::kBFloat16>{});
+  }
+  return Status::kUnsupported;
+}
+
+template <typename F>
+Status dispatch_kv(KvDType kv, F&& f) {
+  switch (kv) {
+    case KvDType::kSame:
+      return f(std::integral_constant<KvDType, KvDType::kSame>{});
+    case KvDType::kFloat8E4M3:
+      return f(std::integral_constant<KvDType, KvDType::kFloat8E4M3>{});
+    case KvDType::kFloat8E5M2:
+      return f(std::integral_constant<KvDType, KvDType::kFloat8E5M2>{});
   }
   return Status::kUnsupported;
 }
@@ -202,7 +214,7 @@ GroupedKernel grouped_kernel_for(const PlanLayout& layout, TileClass cls) {
                                 std::to_string(c));
   const GroupedKernel k = grouped_kernel();
   if (c == 0 || k == GroupedKernel::kLegacy || !tile::block_layout(c, layout.shape.head_dim) ||
-      !cuda_detail::ws_kernels_available())
+      layout.shape.kv_dtype_bytes != 2 || !cuda_detail::ws_kernels_available())
     return GroupedKernel::kLegacy;
   if (k == GroupedKernel::kWarpSpecialized) return k;
   return tile::ws_pays_off(c, layout.class_items_planned[c], layout.class_kv_tokens_planned[c],
@@ -234,18 +246,36 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
   if (shape.page_size < 1 || shape.dtype_bytes != 2)
     return fail(kBad, "layout.shape: page_size %d must be >= 1 and dtype_bytes %d must be 2",
                 shape.page_size, shape.dtype_bytes);
+  if (args.kv_dtype != KvDType::kSame && !is_fp8(args.kv_dtype))
+    return fail(kBad, "args.kv_dtype: expected kSame, kFloat8E4M3 or kFloat8E5M2, got %d",
+                static_cast<int>(args.kv_dtype));
+  const bool kv8 = is_fp8(args.kv_dtype);
+  if (shape.kv_dtype_bytes != (kv8 ? 1 : 2))
+    return fail(kBad,
+                "layout.shape.kv_dtype_bytes: the plan was made for %d-byte K/V elements, "
+                "args.kv_dtype %s has %d (plan again with the cache's KV dtype)",
+                shape.kv_dtype_bytes, kv_dtype_name(args.kv_dtype), kv8 ? 1 : 2);
+  if (!kv8 && (args.k_scale != nullptr || args.v_scale != nullptr))
+    return fail(kBad, "%s: a scale is for an fp8 KV cache only (args.kv_dtype is kSame)",
+                args.k_scale != nullptr ? "args.k_scale" : "args.v_scale");
   const struct {
     const void* ptr;
     const char* name;
-  } ptrs[] = {{workspace, "workspace"},
-              {args.q, "args.q"},
-              {args.k, "args.k"},
-              {args.v, "args.v"},
-              {args.out, "args.out"}};
+    unsigned align;
+  } ptrs[] = {{workspace, "workspace", 16},
+              {args.q, "args.q", 16},
+              {args.k, "args.k", kv8 ? 8u : 16u},
+              {args.v, "args.v", kv8 ? 8u : 16u},
+              {args.out, "args.out", 16}};
   for (const auto& p : ptrs) {
     if (p.ptr == nullptr) return fail(kBad, "%s: null pointer", p.name);
-    if (!aligned16(p.ptr)) return fail(kBad, "%s: must be 16-byte aligned", p.name);
+    if ((reinterpret_cast<uintptr_t>(p.ptr) & (p.align - 1)) != 0)
+      return fail(kBad, "%s: must be %u-byte aligned", p.name, p.align);
   }
+  for (const float* s : {args.k_scale, args.v_scale})
+    if ((reinterpret_cast<uintptr_t>(s) & 3u) != 0)
+      return fail(kBad, "%s: must be 4-byte aligned",
+                  s == args.k_scale ? "args.k_scale" : "args.v_scale");
   if ((reinterpret_cast<uintptr_t>(args.timeline) & 7u) != 0)
     return fail(kBad, "args.timeline: must be 8-byte aligned");
   const struct {
@@ -290,6 +320,8 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
   p.page_stride = args.page_stride;
   p.slot_stride = args.slot_stride;
   p.head_stride = args.head_stride;
+  p.k_scale = kv8 ? args.k_scale : nullptr;
+  p.v_scale = kv8 ? args.v_scale : nullptr;
   p.out = args.out;
   p.o_stride_query = args.o_stride_query;
   p.o_stride_head = args.o_stride_head;
@@ -319,7 +351,10 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
 
   const Status st = dispatch_dtype(args.dtype, [&](auto dt) {
     return dispatch_head_dim(shape.head_dim, [&](auto hd) {
-      return launch_plan<decltype(dt)::value, decltype(hd)::value>(p, layout, stream);
+      return dispatch_kv(args.kv_dtype, [&](auto kv) {
+        return launch_plan<decltype(dt)::value, decltype(hd)::value, decltype(kv)::value>(p, layout,
+                                                                                          stream);
+      });
     });
   });
   if (st != Status::kOk && last_cuda_error()[0] == '\0')  // a launcher status without a message

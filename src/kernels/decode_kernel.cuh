@@ -1,5 +1,5 @@
 // Paged tree-attention kernel (one CTA per (work item, group of KV heads)) and the per-query LSE
-// merge kernel, as templates over (dtype, head_dim, tile class); instantiated by
+// merge kernel, as templates over (dtype, head_dim, tile class, KV type); instantiated by
 // src/kernels/inst_*.cu.
 //
 // Attention kernel, per CTA and KV head (the kM16 configs walk heads_per_cta heads one after the
@@ -12,6 +12,10 @@
 //                            each token row's page address computed by one lane of its warp
 //                            (kM64/kM128 up to HD 128: HD / 64 column blocks, AttnConfig::swz)
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
+// An fp8 KV cache (kKv e4m3 / e5m2) lands by cp.async in one-byte stages s8K, s8V [STAGES][BN][HD]
+// (8-byte copies, rows unswizzled); at each tile the CTA converts the tile's stage into a single
+// dtype tile sK, sV in the layout above (exact: kernel_common.cuh), and the MMAs read that. The K
+// scale is folded into the logit scale, the V scale into the epilogue's normalization.
 // Warp (wm, wn) owns packed rows [16 wm, 16 wm + 16) and tokens [wn BN/WN, (wn+1) BN/WN) of each
 // KV tile; S = Q K^T and O += P V run on mma.sync m16n8k16 (fp32 accumulate), or per warpgroup
 // of 64 rows on wgmma (sm_90a, kM64/kM128 up to HD 128, sm90/wgmma.cuh), online softmax in the exp2
@@ -22,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "decode_params.h"
 #include "kernel_common.cuh"
@@ -73,7 +78,13 @@ __device__ __forceinline__ void timeline_end(const KernelParams& p, Rec rec) {
 // ---- configuration
 // -------------------------------------------------------------------------------
 
-template <DType kDType, int kHeadDim, int kClass>
+/// Stages of the fp8 KV pipeline (a stage holds half the bytes of a dtype stage).
+#ifndef TREEATTN_FP8_STAGES
+#define TREEATTN_FP8_STAGES 4
+#endif
+constexpr int kFp8Stages = TREEATTN_FP8_STAGES;
+
+template <DType kDType, int kHeadDim, int kClass, KvDType kKv = KvDType::kSame>
 struct AttnConfig {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim");
   static_assert(kClass >= 0 && kClass < kNumKernelConfigs, "kernel config");
@@ -87,7 +98,8 @@ struct AttnConfig {
   static constexpr int ROWS = 16 * WM;
   static constexpr int BNW = warp_tokens(kClass, HD);  ///< tokens per warp per tile
   static constexpr int THREADS = 32 * WM * WN;
-  static constexpr int STAGES = num_stages(kClass);
+  static constexpr bool KV8 = is_fp8(kKv);  ///< fp8 cache: one-byte stages + one dtype tile
+  static constexpr int STAGES = KV8 ? kFp8Stages : num_stages(kClass);
   static_assert(STAGES >= 2, "pipeline");
   static constexpr bool Q_IN_REGS = HD <= 128;  ///< hd256 re-reads Q from shared memory
   static_assert(BNW % 16 == 0, "each warp needs whole k16 steps of P V");
@@ -95,13 +107,18 @@ struct AttnConfig {
   static constexpr int ROWS_PER_PASS = THREADS / CPT;  ///< rows one loader pass covers
   static_assert(BN % ROWS_PER_PASS == 0 && ROWS % ROWS_PER_PASS == 0, "loader passes");
   // shared memory (bytes)
-  static constexpr int TILE_BYTES = BN * HD * 2;  ///< one of K or V, one stage
+  static constexpr int TILE_BYTES = BN * HD * 2;  ///< one of K or V, one stage (dtype)
   static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
-  static constexpr int KV_BYTES = STAGES * STAGE_BYTES;
+  static constexpr int TILE8_BYTES = BN * HD;  ///< one of K or V, one fp8 stage
+  static constexpr int STAGE8_BYTES = 2 * TILE8_BYTES;
+  /// dtype stages (fp8: the one converted tile at offset 0), then the fp8 stages at KV8_OFF
+  static constexpr int KV8_OFF = KV8 ? STAGE_BYTES : 0;
+  static constexpr int KV_BYTES = KV8 ? KV8_OFF + STAGES * STAGE8_BYTES : STAGES * STAGE_BYTES;
   static constexpr int Q_BYTES = ROWS * HD * 2;
-  // Q in registers: sQ aliases the last stage (first overwritten after Q reached registers).
+  // Q in registers: sQ aliases the last stage (first overwritten after Q reached registers), or
+  // for fp8 the converted tile (first written after Q reached registers).
   static_assert(!Q_IN_REGS || Q_BYTES <= STAGE_BYTES, "sQ alias");
-  static constexpr int Q_OFF = Q_IN_REGS ? (STAGES - 1) * STAGE_BYTES : KV_BYTES;
+  static constexpr int Q_OFF = !Q_IN_REGS ? KV_BYTES : KV8 ? 0 : (STAGES - 1) * STAGE_BYTES;
   static constexpr int MASK_OFF = Q_IN_REGS ? KV_BYTES : KV_BYTES + Q_BYTES;
   static constexpr int MAIN_BYTES = MASK_OFF + STAGES * BN * 8;
   static constexpr int O_PITCH = HD + 8;  ///< fp32 row pitch of the epilogue tile
@@ -131,10 +148,11 @@ struct AttnConfig {
 // ---- attention kernel
 // ----------------------------------------------------------------------------
 
-template <DType kDType, int kHeadDim, int kClass>
-__global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
+template <DType kDType, int kHeadDim, int kClass, KvDType kKv>
+__global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THREADS)
     decode_attention_kernel(const KernelParams p, const int heads_per_cta) {
-  using C = AttnConfig<kDType, kHeadDim, kClass>;
+  using C = AttnConfig<kDType, kHeadDim, kClass, kKv>;
+  using KvT = std::conditional_t<C::KV8, uint8_t, typename C::T>;  // K/V element in memory
   using T = typename C::T;
   using Traits = typename C::Traits;
   constexpr int HD = C::HD, BN = C::BN, CPT = C::CPT, BNW = C::BNW, WN = C::WN;
@@ -185,8 +203,8 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     // shuffle: lane i < WROWS computes the warp's i-th row of the tile. Offsets are in elements
     // from pointers at this thread's head and 16-byte chunk column.
     const int64_t head_off = kv_head * p.head_stride + (tid % CPT) * 8;
-    const T* gk = static_cast<const T*>(p.k) + head_off;
-    const T* gv = static_cast<const T*>(p.v) + head_off;
+    const KvT* gk = static_cast<const KvT*>(p.k) + head_off;
+    const KvT* gv = static_cast<const KvT*>(p.v) + head_off;
     constexpr int RPW = 32 / CPT;                  // rows per warp per pass
     constexpr int PASSES = BN / C::ROWS_PER_PASS;  // passes per tile
     constexpr int WROWS = PASSES * RPW;            // rows per warp per tile
@@ -197,8 +215,9 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     const int num_tiles = (item.kv_tokens + BN - 1) / BN;
 
     auto load_tile = [&](int tile, int stage) {
-      const uint32_t sK = s_base + stage * C::STAGE_BYTES;
-      const uint32_t sV = sK + C::TILE_BYTES;
+      const uint32_t sK =
+          s_base + (C::KV8 ? C::KV8_OFF + stage * C::STAGE8_BYTES : stage * C::STAGE_BYTES);
+      const uint32_t sV = sK + (C::KV8 ? C::TILE8_BYTES : C::TILE_BYTES);
       // element offset of row lane_row's page slot (without the head and chunk). A row past the
       // item re-reads the item's last token: its scores are hidden (the tail test, or a zero mask
       // word), so its P is 0, and every copy is a full 16 bytes with no per-row predicate.
@@ -217,8 +236,13 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       for (int k = 0; k < PASSES; ++k) {
         const long long off = __shfl_sync(0xffffffffu, row_off, k * RPW + lane / CPT);
         const int j = k * C::ROWS_PER_PASS + tid / CPT;
-        cp_async16(sK + C::template swz<BN>(j, c), gk + off);
-        cp_async16(sV + C::template swz<BN>(j, c), gv + off);
+        if constexpr (C::KV8) {
+          cp_async8(sK + j * HD + 8 * c, gk + off, 8);
+          cp_async8(sV + j * HD + 8 * c, gv + off, 8);
+        } else {
+          cp_async16(sK + C::template swz<BN>(j, c), gk + off);
+          cp_async16(sV + C::template swz<BN>(j, c), gv + off);
+        }
       }
     };
 
@@ -253,7 +277,9 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
     // mask bits of the item rows of the warp's MMA slab (masked items only)
     const uint64_t warp_rows =
         masked && mma_active ? slab_row_bits(slab_first, kMmaRows, packed_rows, group) : 0;
-    const float scale_log2 = p.scale_log2;
+    // fp8: the K scale joins the logit scale (s = (q . k8) x sm_scale x k_scale)
+    const float scale_log2 =
+        C::KV8 && p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
 
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % C::STAGES;
@@ -275,6 +301,21 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
           __syncthreads();  // sQ aliases the stage the next prefetch overwrites
         }
       }
+      if constexpr (C::KV8) {
+        // The tile's fp8 stage -> the dtype tile (every MMA of the last tile has read it: the
+        // barrier above); then a barrier before the MMAs read it.
+        const uint32_t s8 = s_base + C::KV8_OFF + stage * C::STAGE8_BYTES;
+#pragma unroll
+        for (int idx = tid; idx < 2 * BN * CPT; idx += C::THREADS) {
+          const int kv = idx / (BN * CPT), rc = idx - kv * (BN * CPT);
+          const int j = rc / CPT, c = rc - j * CPT;
+          const uint2 x = ld_shared_u2(s8 + kv * C::TILE8_BYTES + j * HD + 8 * c);
+          st_shared_u4(s_base + kv * C::TILE_BYTES + C::template swz<BN>(j, c),
+                       fp8x8_to_dtype<Traits, kKv>(x));
+        }
+        if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
+        __syncthreads();
+      }
       {
         const int next = tile + C::STAGES - 1;
         if (next < num_tiles) load_tile(next, next % C::STAGES);
@@ -282,7 +323,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
       }
       if (!mma_active) continue;
 
-      const uint32_t sK = s_base + stage * C::STAGE_BYTES;
+      const uint32_t sK = s_base + (C::KV8 ? 0 : stage * C::STAGE_BYTES);
       const uint32_t sV = sK + C::TILE_BYTES;
       const int wtok = wn * BNW;  // warp's first token within the tile
       if (masked) {
@@ -410,8 +451,9 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass>::THREADS)
                              sM + wn * C::ROWS + 16 * wm, sL + wn * C::ROWS + 16 * wm, C::O_PITCH,
                              o_acc, m_run, l_run, g, t4);
     __syncthreads();
-    write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(p, item, kv_head, sO, sM, sL, tid,
-                                                           C::THREADS);
+    write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(
+        p, item, kv_head, sO, sM, sL, tid, C::THREADS,
+        C::KV8 && p.v_scale != nullptr ? *p.v_scale : 1.f);
   }
   timeline_end(p, tl_rec);
 }

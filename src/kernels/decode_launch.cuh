@@ -3,7 +3,8 @@
 // AttnConfig), then the merge over the query capacity when the layout has partial slots. The
 // grouped classes (kM64, kM128) up to head_dim 128 run the warp-specialized Hopper kernel
 // (sm90/kernel.cuh) instead where grouped_kernel_for() says so (the set_grouped_kernel() setting,
-// the device, and for kAuto the plan's counts in the layout). Included only by the generated
+// the device, and for kAuto the plan's counts in the layout; an fp8 KV cache always runs the
+// decode_kernel.cuh kernel). Included only by the generated
 // src/kernels/inst_*.cu files.
 #pragma once
 
@@ -55,20 +56,20 @@ Status launch_ws_class(const KernelParams& p, int64_t capacity, int kv_heads, cu
   return Status::kOk;
 }
 
-template <DType kDType, int kHeadDim, int kClass>
+template <DType kDType, int kHeadDim, int kClass, KvDType kKv>
 Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
                               cudaStream_t stream) {
-  using C = AttnConfig<kDType, kHeadDim, kClass>;
+  using C = AttnConfig<kDType, kHeadDim, kClass, kKv>;
   const int64_t capacity = layout.class_items[plan_class(kClass)];
   if (capacity <= 0) return Status::kOk;
   const int kv_heads = layout.shape.num_kv_heads;
   if (capacity > 0x7fffffff || kv_heads > 65535) return Status::kUnsupported;
-  if constexpr (tile::block_layout(kClass, kHeadDim)) {
+  if constexpr (tile::block_layout(kClass, kHeadDim) && !is_fp8(kKv)) {
     if (grouped_kernel_for(layout, static_cast<TileClass>(kClass)) ==
         GroupedKernel::kWarpSpecialized)
       return launch_ws_class<kDType, kHeadDim, kClass>(p, capacity, kv_heads, stream);
   }
-  auto* kernel = &decode_attention_kernel<kDType, kHeadDim, kClass>;
+  auto* kernel = &decode_attention_kernel<kDType, kHeadDim, kClass, kKv>;
   // Raise the dynamic shared-memory limit and read the occupancy once per instantiation
   // (thread-safe static init).
   static int resident = 0;
@@ -101,12 +102,12 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   return Status::kOk;
 }
 
-template <DType kDType, int kHeadDim>
+template <DType kDType, int kHeadDim, KvDType kKv>
 Status launch_plan_impl(const KernelParams& p, const PlanLayout& layout, cudaStream_t stream) {
   Status st = Status::kOk;
   auto one = [&](auto cls) {
     if (st == Status::kOk)
-      st = launch_attention_class<kDType, kHeadDim, decltype(cls)::value>(p, layout, stream);
+      st = launch_attention_class<kDType, kHeadDim, decltype(cls)::value, kKv>(p, layout, stream);
   };
   // from the planned count, not the capacity: the config (and so the bits) ignore the headroom
   const int64_t m16_ctas = layout.m16_items_planned * layout.shape.num_kv_heads;

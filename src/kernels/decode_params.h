@@ -1,6 +1,6 @@
 // Internal: the parameter block every decode kernel receives (plain host/device data) and the
-// per-(dtype, head_dim) launcher declared here and defined in the generated instantiation files
-// src/kernels/inst_*.cu.
+// per-(dtype, head_dim, KV type) launcher declared here and defined in the generated instantiation
+// files src/kernels/inst_*.cu.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,8 @@ struct KernelParams {
   const void* k;
   const void* v;
   int64_t page_stride, slot_stride, head_stride;
+  const float* k_scale;  ///< fp8 KV: device scalar (nullptr = 1), folded into the logit scale
+  const float* v_scale;  ///< fp8 KV: device scalar (nullptr = 1), applied to the output
   void* out;
   int64_t o_stride_query, o_stride_head;
   float* lse;               ///< optional, natural log
@@ -53,13 +55,19 @@ using tile::warps_m;
 using tile::warps_n;
 
 /// Launches every attention class with nonzero capacity, then the merge when layout.slots > 0.
-/// Defined per (dtype, head_dim) in the generated src/kernels/inst_*.cu files.
-template <DType kDType, int kHeadDim>
+/// Defined per (dtype, head_dim, KV type) in the generated src/kernels/inst_*.cu files.
+template <DType kDType, int kHeadDim, KvDType kKv>
 Status launch_plan(const KernelParams& p, const PlanLayout& layout, cudaStream_t stream);
-#define TREEATTN_DECLARE_LAUNCH_PLAN(DT, HD)                                  \
-  template <>                                                                 \
-  Status launch_plan<DT, HD>(const KernelParams& p, const PlanLayout& layout, \
-                             cudaStream_t stream);
+#define TREEATTN_DECLARE_LAUNCH_PLAN(DT, HD)                                               \
+  template <>                                                                              \
+  Status launch_plan<DT, HD, KvDType::kSame>(const KernelParams&, const PlanLayout&,       \
+                                             cudaStream_t);                                \
+  template <>                                                                              \
+  Status launch_plan<DT, HD, KvDType::kFloat8E4M3>(const KernelParams&, const PlanLayout&, \
+                                                   cudaStream_t);                          \
+  template <>                                                                              \
+  Status launch_plan<DT, HD, KvDType::kFloat8E5M2>(const KernelParams&, const PlanLayout&, \
+                                                   cudaStream_t);
 TREEATTN_DECLARE_LAUNCH_PLAN(DType::kFloat16, 64)
 TREEATTN_DECLARE_LAUNCH_PLAN(DType::kFloat16, 128)
 TREEATTN_DECLARE_LAUNCH_PLAN(DType::kFloat16, 256)

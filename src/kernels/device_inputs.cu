@@ -1,9 +1,11 @@
-// DeviceInputs and fill_random_values (include/treeattn/kernels/device_inputs.h): the random input
-// values written by a grid-stride kernel, the buffers, and the poisoned run through DevicePlan.
+// DeviceInputs and fill_random_values(_fp8) (include/treeattn/kernels/device_inputs.h): the random
+// input values written by grid-stride kernels (fp16/bf16, or fp8 K/V of a scaled cache), the
+// buffers, and the poisoned run through DevicePlan.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +30,16 @@ __global__ void fill_kernel(uint16_t* dst, RandomValueStream values, InputTensor
         bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
     dst[chunk == 0 ? i : (i / chunk) * chunk_stride + i % chunk] = bits;
   }
+}
+
+__global__ void fill_fp8_kernel(uint8_t* dst, RandomValueStream values, InputTensor tensor,
+                                uint64_t count, KvDType type, float scale, uint64_t chunk,
+                                uint64_t chunk_stride) {
+  const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += step)
+    dst[chunk == 0 ? i : (i / chunk) * chunk_stride + i % chunk] =
+        float_to_fp8_bits(values.value(tensor, i) / scale, type);
 }
 
 void free_buffer(void* p) {
@@ -55,8 +67,19 @@ void fill_random_values(uint16_t* dst, const RandomValueStream& values, InputTen
   check(cudaGetLastError(), "fill kernel launch");
 }
 
+void fill_random_values_fp8(uint8_t* dst, const RandomValueStream& values, InputTensor tensor,
+                            uint64_t count, KvDType type, float scale, cudaStream_t stream,
+                            uint64_t chunk, uint64_t chunk_stride) {
+  TA_CHECK_ARG(is_fp8(type), "type", "must be an fp8 KvDType, got ", kv_dtype_name(type));
+  TA_CHECK_ARG(std::isfinite(scale) && scale > 0.f, "scale", "must be finite and > 0, got ", scale);
+  if (count == 0) return;
+  fill_fp8_kernel<<<2048, 256, 0, stream>>>(dst, values, tensor, count, type, scale, chunk,
+                                            chunk_stride);
+  check(cudaGetLastError(), "fill kernel launch");
+}
+
 DeviceInputs::~DeviceInputs() {
-  for (const Buffer* b : {&q_, &kv_, &out_, &lse_}) free_buffer(b->ptr);
+  for (const Buffer* b : {&q_, &kv_, &out_, &lse_, &scales_}) free_buffer(b->ptr);
 }
 
 void DeviceInputs::fill(const PrefixTree& tree, const RandomInputSpec& spec, KvLayout layout,
@@ -66,8 +89,16 @@ void DeviceInputs::fill(const PrefixTree& tree, const RandomInputSpec& spec, KvL
   const int64_t H = spec.num_qo_heads, KH = spec.num_kv_heads, D = spec.head_dim;
   const int64_t P = tree.page_size;
   const uint64_t lse_elems = static_cast<uint64_t>(tree.num_queries()) * H;
+  const bool kv8 = is_fp8(spec.kv_dtype);
+  TA_CHECK_ARG(spec.kv_dtype == KvDType::kSame || kv8, "kv_dtype", "must be a KvDType, got ",
+               static_cast<int>(spec.kv_dtype));
+  for (const float sc : {spec.k_scale, spec.v_scale})
+    TA_CHECK_ARG(std::isfinite(sc) && sc > 0.f, sc == spec.k_scale ? "k_scale" : "v_scale",
+                 "must be finite and > 0, got ", sc);
+  const uint64_t kv_bytes = kv8 ? 1 : 2;
   reserve(&q_.ptr, &q_.bytes, s.q_elems * 2, "queries");
-  reserve(&kv_.ptr, &kv_.bytes, s.kv_elems * 2 * 2, "K/V pages");
+  reserve(&kv_.ptr, &kv_.bytes, s.kv_elems * 2 * kv_bytes, "K/V pages");
+  reserve(&scales_.ptr, &scales_.bytes, 2 * sizeof(float), "scales");
   reserve(&out_.ptr, &out_.bytes, s.q_elems * 2, "outputs");
   reserve(&lse_.ptr, &lse_.bytes, lse_elems * 4, "LSEs");
   spec_ = spec;
@@ -81,7 +112,30 @@ void DeviceInputs::fill(const PrefixTree& tree, const RandomInputSpec& spec, KvL
   args.q = q;
   args.q_stride_query = H * D;
   args.q_stride_head = D;
-  if (layout == KvLayout::kSplit) {
+  args.kv_dtype = spec.kv_dtype;
+  args.k_scale = args.v_scale = nullptr;
+  if (kv8) {
+    const float scales[2] = {spec.k_scale, spec.v_scale};
+    auto* dev_scales = static_cast<float*>(scales_.ptr);
+    check(cudaMemcpyAsync(dev_scales, scales, sizeof(scales), cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync(scales)");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // `scales` is on the stack
+    args.k_scale = dev_scales;
+    args.v_scale = dev_scales + 1;
+    auto* kv8p = static_cast<uint8_t*>(kv_.ptr);
+    const uint64_t page_elems = static_cast<uint64_t>(P * KH * D);
+    const bool split = layout == KvLayout::kSplit;
+    // split: K then V; combined: page p's K at 2p pages, its V at 2p + 1
+    fill_random_values_fp8(kv8p, s, InputTensor::kK, s.kv_elems, spec.kv_dtype, spec.k_scale,
+                           stream, split ? 0 : page_elems, 2 * page_elems);
+    fill_random_values_fp8(kv8p + (split ? s.kv_elems : page_elems), s, InputTensor::kV, s.kv_elems,
+                           spec.kv_dtype, spec.v_scale, stream, split ? 0 : page_elems,
+                           2 * page_elems);
+    if (split)
+      set_kv_split(&args, kv8p, kv8p + s.kv_elems, split_kv_strides(P, KH, D));
+    else
+      set_kv_combined(&args, kv8p, combined_kv_strides(P, KH, D));
+  } else if (layout == KvLayout::kSplit) {
     fill_random_values(kv, s, InputTensor::kK, s.kv_elems, spec.bf16, stream);
     fill_random_values(kv + s.kv_elems, s, InputTensor::kV, s.kv_elems, spec.bf16, stream);
     set_kv_split(&args, kv, kv + s.kv_elems, split_kv_strides(P, KH, D));

@@ -65,8 +65,8 @@ void set_kv_split(DecodeArgs* args, const void* k, const void* v, const KvStride
 }
 
 void set_kv_combined(DecodeArgs* args, const void* kv, const KvStrides& strides) {
-  constexpr int64_t kElementBytes = 2;  // fp16 and bf16, the kernels' dtypes
-  set_kv_split(args, kv, static_cast<const char*>(kv) + strides.kv * kElementBytes, strides);
+  const int64_t element_bytes = is_fp8(args->kv_dtype) ? 1 : 2;  // fp8, else fp16 / bf16
+  set_kv_split(args, kv, static_cast<const char*>(kv) + strides.kv * element_bytes, strides);
 }
 
 DevicePlan::DevicePlan(int device) {

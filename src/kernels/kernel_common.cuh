@@ -1,5 +1,6 @@
 // Pieces shared by the decode attention kernels (the mma.sync/wgmma kernel of decode_kernel.cuh
-// and the warp-specialized Hopper kernel of src/kernels/sm90/): dtype traits, the column-block tile
+// and the warp-specialized Hopper kernel of src/kernels/sm90/): dtype traits, the fp8 -> dtype
+// conversion of an fp8 KV cache's elements, the column-block tile
 // layout that wgmma's 128-byte swizzle reads, the cursor over an item's KV ranges, and the
 // epilogue that stages each row's online-softmax state (O, m, l) in shared memory, merges the
 // states of a row and writes the final output (dtype + natural-log LSE) or an fp32 partial slot.
@@ -9,9 +10,11 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "decode_params.h"
 #include "ptx.cuh"
+#include "treeattn/common/fp8.h"
 
 namespace treeattn::cuda_detail {
 
@@ -43,6 +46,43 @@ struct DTypeTraits<DType::kBFloat16> {
     return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&u));
   }
 };
+
+/// Eight fp8 elements of type kKv (bytes of `x`, first element in the lowest byte) as eight
+/// values of the dtype (first in the low half of .x): exact, both fp8 types being subsets of fp16
+/// and bf16. sm_89+ converts pairs with cvt.rn.f16x2.{e4m3,e5m2}x2 (bf16 through float); older
+/// targets decode each byte in software (fp8.h).
+template <class Traits, KvDType kKv>
+__device__ __forceinline__ uint4 fp8x8_to_dtype(uint2 x) {
+  static_assert(is_fp8(kKv), "fp8 types only");
+  uint32_t out[4];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const uint32_t in[2] = {x.x, x.y};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t pair = static_cast<uint16_t>(in[i >> 1] >> (16 * (i & 1)));
+    uint32_t h2;
+    if constexpr (kKv == KvDType::kFloat8E4M3)
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
+    else
+      asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
+    if constexpr (std::is_same_v<typename Traits::T, __half>) {
+      out[i] = h2;
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<__half2*>(&h2));
+      out[i] = Traits::pack(f.x, f.y);
+    }
+  }
+#else
+  const uint32_t in[2] = {x.x, x.y};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = in[i >> 1] >> (16 * (i & 1));
+    out[i] = Traits::pack(fp8_bits_to_float(static_cast<uint8_t>(w & 0xFF), kKv),
+                          fp8_bits_to_float(static_cast<uint8_t>((w >> 8) & 0xFF), kKv));
+  }
+#endif
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
 
 /// Byte offset of 16-byte chunk `c` of row `r` in a [NR][head_dim] 16-bit tile stored as
 /// head_dim / 64 column blocks of [NR][64] elements (128 bytes a row), chunk c of row r at chunk
@@ -151,11 +191,13 @@ __device__ __forceinline__ void stage_warp_state(float* o_rows, float* m_rows, f
 /// sO[(w * ROWS + pr) * PITCH], sM[w * ROWS + pr], sL[w * ROWS + pr]): the states are merged in
 /// order w = 0, 1, ... (deterministic), normalized, and written as the final output (dtype +
 /// natural-log LSE) or the row's fp32 partial slot. One thread per (packed row, 8-element chunk),
-/// threads `tid` of `nthreads`; a row whose states saw nothing gets o = 0 and lse = -inf.
+/// threads `tid` of `nthreads`; a row whose states saw nothing gets o = 0 and lse = -inf. The
+/// merged O is multiplied by `o_scale` (an fp8 cache's V scale; 1 otherwise).
 template <class Traits, int HD, int NS, int ROWS, int PITCH>
 __device__ __forceinline__ void write_staged_rows(const KernelParams& p, const DeviceItem& item,
                                                   int kv_head, const float* sO, const float* sM,
-                                                  const float* sL, int tid, int nthreads) {
+                                                  const float* sL, int tid, int nthreads,
+                                                  float o_scale = 1.f) {
   constexpr int CPT = HD / 8;
   const int group = p.group;
   const int packed_rows = item.num_rows * group;
@@ -176,7 +218,7 @@ __device__ __forceinline__ void write_staged_rows(const KernelParams& p, const D
         l_tot += wgt[w] * sL[w * ROWS + pr];
       }
       if (l_tot > 0.f) {
-        const float inv = 1.f / l_tot;
+        const float inv = o_scale / l_tot;
 #pragma unroll
         for (int w = 0; w < NS; ++w) {
           const float* src = sO + (w * ROWS + pr) * PITCH + 8 * c;

@@ -52,7 +52,7 @@ void validate_plan_options(const PlanOptions& opts) {
 PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
                               int32_t num_kv_heads, int32_t head_dim, const DeviceInfo& device,
                               int32_t dtype_bytes) {
-  PlanOptions o{planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes, device};
+  PlanOptions o{planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes, 0, device};
   validate_plan_options(o);
   return o;
 }

@@ -29,9 +29,7 @@ namespace fp8_detail {
 // (mantissa bits, exponent bias, smallest normal exponent, largest finite value)
 TA_HOST_DEVICE int mant_bits(KvDType t) { return t == KvDType::kFloat8E4M3 ? 3 : 2; }
 TA_HOST_DEVICE int bias(KvDType t) { return t == KvDType::kFloat8E4M3 ? 7 : 15; }
-TA_HOST_DEVICE float max_finite(KvDType t) {
-  return t == KvDType::kFloat8E4M3 ? 448.0f : 57344.0f;
-}
+TA_HOST_DEVICE float max_finite(KvDType t) { return t == KvDType::kFloat8E4M3 ? 448.0f : 57344.0f; }
 }  // namespace fp8_detail
 
 /// Largest finite value of an fp8 type (448 or 57344).

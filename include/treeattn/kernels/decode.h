@@ -120,7 +120,7 @@ GroupedKernel grouped_kernel();
 bool grouped_kernel_supported(GroupedKernel k);
 /// The kernel (kLegacy or kWarpSpecialized, never kAuto) that run_decode launches tile class `cls`
 /// of `layout` on, on the current device under the current set_grouped_kernel(): kM16 and
-/// head_dim 256 always kLegacy. Host-only (no device reads).
+/// head_dim 256 and fp8 KV caches (layout.shape.kv_dtype_bytes 1) always kLegacy. Host-only.
 GroupedKernel grouped_kernel_for(const PlanLayout& layout, TileClass cls);
 
 }  // namespace treeattn

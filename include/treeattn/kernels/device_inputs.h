@@ -31,6 +31,14 @@ void fill_random_values(uint16_t* dst, const RandomValueStream& values, InputTen
                         uint64_t count, bool bf16, cudaStream_t stream, uint64_t chunk = 0,
                         uint64_t chunk_stride = 0);
 
+/// Same for an fp8 K or V (`type` e4m3 / e5m2): element i = float_to_fp8_bits(value / scale)
+/// (treeattn/common/fp8.h), the cache of a tensor that stands for scale x stored values. Throws
+/// std::invalid_argument naming "type" or "scale" (finite, > 0), std::runtime_error with the CUDA
+/// error.
+void fill_random_values_fp8(uint8_t* dst, const RandomValueStream& values, InputTensor tensor,
+                            uint64_t count, KvDType type, float scale, cudaStream_t stream,
+                            uint64_t chunk = 0, uint64_t chunk_stride = 0);
+
 enum class KvLayout {
   kSplit,     ///< K and V each [num_pages, page_size, num_kv_heads, head_dim]
   kCombined,  ///< one [num_pages, 2, page_size, num_kv_heads, head_dim] cache (vLLM, FlashInfer)
@@ -46,7 +54,9 @@ class DeviceInputs {
   DeviceInputs& operator=(const DeviceInputs&) = delete;
 
   /// Writes random_inputs(tree, spec...)'s q, k and v on the device in `layout` (on `stream`,
-  /// then waits) and points `args` at them, at out and (with_lse) at lse; the other fields of
+  /// then waits) and points `args` at them, at out and (with_lse) at lse; for an fp8
+  /// spec.kv_dtype, K/V are written in fp8 (fill_random_values_fp8) and args.kv_dtype, k_scale
+  /// and v_scale point at device copies of the spec's scales. The other fields of
   /// `args` are left as they are. The first call allocates the buffers; later ones reuse them (a
   /// graph captured around a run keeps pointing at them) and throw std::invalid_argument naming
   /// "tree" when its inputs or outputs need more room than the first call's. Throws
@@ -75,7 +85,7 @@ class DeviceInputs {
     void* ptr = nullptr;
     uint64_t bytes = 0;
   };
-  Buffer q_, kv_, out_, lse_;
+  Buffer q_, kv_, out_, lse_, scales_;
   RandomInputSpec spec_;
   uint64_t out_elems_ = 0, lse_elems_ = 0;  ///< of the last fill's tree
 };

@@ -34,7 +34,8 @@ KvStrides combined_kv_strides(int64_t page_size, int64_t kv_heads, int64_t head_
 
 /// K and V in two tensors of the split layout (strides of K; V has the same).
 void set_kv_split(DecodeArgs* args, const void* k, const void* v, const KvStrides& strides);
-/// K and V in one tensor of the combined layout: v = kv + strides.kv elements (fp16/bf16).
+/// K and V in one tensor of the combined layout: v = kv + strides.kv elements of
+/// args->kv_dtype (set it first: 1 byte for fp8, else 2).
 void set_kv_combined(DecodeArgs* args, const void* kv, const KvStrides& strides);
 
 /// Thread safety: not thread-safe; use one DevicePlan from one thread at a time (or under the

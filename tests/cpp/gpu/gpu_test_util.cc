@@ -17,6 +17,8 @@ std::string Case::describe() const {
   os << "planner=" << planner << (bf16 ? " bf16" : " fp16") << " heads=" << num_qo_heads << "/"
      << num_kv_heads << " dim=" << head_dim << (combined_kv ? " combined-kv" : "")
      << " seed=" << seed;
+  if (kv_dtype != KvDType::kSame)
+    os << " kv=" << kv_dtype_name(kv_dtype) << " k_scale=" << k_scale << " v_scale=" << v_scale;
   return os.str();
 }
 
@@ -29,8 +31,11 @@ std::vector<float> from_bits(const std::vector<uint16_t>& b, bool bf16) {
 
 void fill_inputs(const PrefixTree& tree, const Case& c, uint64_t seed, CaseInputs* in) {
   try {
-    in->fill(tree, RandomInputSpec{c.num_qo_heads, c.num_kv_heads, c.head_dim, c.bf16, seed},
-             c.combined_kv ? KvLayout::kCombined : KvLayout::kSplit, c.with_lse);
+    RandomInputSpec spec{c.num_qo_heads, c.num_kv_heads, c.head_dim, c.bf16, seed};
+    spec.kv_dtype = c.kv_dtype;
+    spec.k_scale = c.k_scale;
+    spec.v_scale = c.v_scale;
+    in->fill(tree, spec, c.combined_kv ? KvLayout::kCombined : KvLayout::kSplit, c.with_lse);
   } catch (const std::exception& e) {
     FAIL() << "DeviceInputs::fill threw: " << e.what();
   }
@@ -57,7 +62,9 @@ void expect_matches_oracle(const PrefixTree& tree, const Case& c, const CaseInpu
 }
 
 Plan make_case_plan(const PrefixTree& tree, const Case& c) {
-  return make_plan(tree, make_plan_options(c.planner, c.num_qo_heads, c.num_kv_heads, c.head_dim));
+  PlanOptions o = make_plan_options(c.planner, c.num_qo_heads, c.num_kv_heads, c.head_dim);
+  o.kv_dtype_bytes = is_fp8(c.kv_dtype) ? 1 : 2;
+  return make_plan(tree, o);
 }
 
 void plan_run_check(const PrefixTree& tree, const Case& c) {

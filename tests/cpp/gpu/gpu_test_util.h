@@ -59,7 +59,9 @@ struct Case {
   bool combined_kv = false;  ///< vLLM [pages, 2, P, H, D] layout
   bool with_lse = true;
   uint64_t seed = 1;
-  int32_t sample_queries = 16;  ///< checked queries (spread over the batch)
+  int32_t sample_queries = 16;        ///< checked queries (spread over the batch)
+  KvDType kv_dtype = KvDType::kSame;  ///< an fp8 cache: K/V stored as fp8(value / scale)
+  float k_scale = 1.f, v_scale = 1.f;
   std::string describe() const;
 };
 
@@ -83,7 +85,7 @@ void run_and_fetch(const DevicePlan& dp, const CaseInputs& in, cudaStream_t stre
 void expect_matches_oracle(const PrefixTree& tree, const Case& c, const CaseInputs& in,
                            const std::vector<uint16_t>& out, const std::vector<float>& lse);
 
-/// The case's plan (make_plan with its planner and shape).
+/// The case's plan (make_plan with its planner, shape and KV element size).
 Plan make_case_plan(const PrefixTree& tree, const Case& c);
 
 /// Plans, uploads inputs in the requested KV layout and the plan through a DevicePlan, poisons
