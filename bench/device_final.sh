@@ -80,7 +80,7 @@ fi
 # ---- 3. sanitizers
 if has sanitize; then
   t0=$(date +%s)
-  SMALL='DecodeGpu.BlockGroupsSmall:DecodeGpu.HeadLoopSmall:DecodeGpu.MergeWithEmptyPartials:DecodeGpu.CombinedKvLayoutAndNoLse:WsGpu.SanitizerSmall:SmallPathGpu.TimelineStampsEveryCtaInOrder'
+  SMALL=${SMALL:-'DecodeGpu.BlockGroupsSmall:DecodeGpu.HeadLoopSmall:DecodeGpu.MergeWithEmptyPartials:DecodeGpu.CombinedKvLayoutAndNoLse:WsGpu.SanitizerSmall:SmallPathGpu.TimelineStampsEveryCtaInOrder:Fp8Gpu.RandomTreesCombinedLayoutNoLse:Fp8Gpu.InvalidArgumentsNameTheMismatch'}
   for tool in memcheck racecheck synccheck; do
     timeout 90 compute-sanitizer --tool $tool --error-exitcode 3 $T --gtest_filter="$SMALL" \
       >"$LOGS/san_$tool.log" 2>&1 &
