@@ -2,8 +2,9 @@
 // reader (depth limit, exact integer ranges, \u escapes, strings checked to be UTF-8, duplicate
 // keys rejected in every object, errors naming the JSON path such as "nodes[3].parent") and the
 // writer tree_to_json(). tree_from_json_file() refuses a path holding a NUL byte and a regular file
-// over the size limit before reading it, and reads a stream (a pipe, /dev/zero) in chunks up to
-// the limit into a buffer reserved once (resident memory: what was read).
+// over the size limit before reading it, and reads a stream (a pipe) in chunks up to the limit
+// into a buffer reserved once (resident memory: what was read); a NUL byte, never part of JSON
+// text, ends the read of any file (/dev/zero: its first chunk).
 //
 // The reader is a single pass that fills the tree's own arrays: node fields, page ids as int32,
 // query node ids. Values it does not use ("dtype", "name", "comment") are checked and dropped;

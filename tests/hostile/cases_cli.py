@@ -279,9 +279,9 @@ def probes() -> List[Probe]:
     plan = ["plan", "--tree", "{d}/t.json", "--planner", "node"]
     return [
         Probe("flat object of n keys", lambda n: (plan, _tree_file(hostile_json._flat_object(n))),
-              50_000),
+              200_000),
         Probe("flat object of n keys, one duplicate",
-              lambda n: (plan, _tree_file(hostile_json._flat_object(n, dup=True))), 50_000),
+              lambda n: (plan, _tree_file(hostile_json._flat_object(n, dup=True))), 200_000),
         Probe("ignored array of n numbers", lambda n: (plan, _tree_file(hostile_json.tree(
             extra='"comment": [' + ",".join(["0"] * n) + "]"))), 500_000),
         Probe("chain of n nodes", lambda n: (plan, _tree_file(hostile_json._chain(n))), 20_000),
