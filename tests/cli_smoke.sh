@@ -85,7 +85,7 @@ bad "--tree" "$CLI" plan
 ok "version" "$CLI" --version
 grep -q "^treeattn [0-9]" "$TMP/out" || { echo "FAIL: --version"; failures=$((failures + 1)); }
 bad "is a directory" "$CLI" plan --tree "$TMP"
-bad "kMaxJsonFileBytes" "$CLI" plan --tree /dev/zero --planner node
+bad "NUL byte" "$CLI" plan --tree /dev/zero --planner node  # a NUL ends the read (json.h)
 jtree() {  # jtree <file> <nodes json> [extra top-level json]: a page_size 16 tree, query on node 0
   printf '{"page_size": 16, "nodes": [%s], "queries": [{"node": 0}]%s}\n' "$2" "${3:-}" > "$1"
 }
