@@ -33,7 +33,8 @@ def scale_arg(sm_scale: Any) -> Optional[float]:
 
 #: kv_dtype spellings accepted by plan(): None / 'same' (or q's 2-byte dtypes), the fp8 names and
 #: the frameworks' fp8 dtype names.
-_KV_DTYPE_NAMES = {"same": 0, "float16": 0, "bfloat16": 0, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+_KV_DTYPE_NAMES = {"same": 0, "float16": 0, "bfloat16": 0, "fp8_e4m3": 1, "fp8_e5m2": 1,
+                   "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 def kv_dtype_bytes_arg(kv_dtype: Any) -> int:
