@@ -322,6 +322,10 @@ def reference(tree: PrefixTree, q: Any, k_cache: Any, v_cache: Any = None,
     num_qo_heads])."""
     if not isinstance(tree, PrefixTree):
         raise TypeError(f"tree: expected a treeattn.PrefixTree, got {type(tree).__name__}")
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if fw.dtype_name(x).startswith("float8"):
+            raise TypeError(f"{name}: reference() takes the dequantized values of an fp8 cache "
+                            f"(e.g. {name}.float() * scale), got {fw.dtype_name(x)}")
     q, k_cache, v_cache = (fw.as_numpy_input(fw.detach(x)) for x in (q, k_cache, v_cache))
     shape = getattr(q, "shape", None)
     if shape is None or len(shape) != 3:

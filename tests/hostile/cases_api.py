@@ -610,6 +610,8 @@ def _fp8_cases() -> List[Case]:
             q, k, v, p, k_scale=torch.zeros(1))), "k_scale"),
         Case("fp8 with a v_scale tensor holding NaN", f8(lambda s, p, q, k, v: dec(
             q, k, v, p, v_scale=torch.full((1,), math.nan))), "v_scale"),
+        Case("reference() with fp8 caches", f8(lambda s, p, q, k, v: treeattn.reference(
+            s.tree, q, k, v)), "k_cache"),
         Case("k_scale with float32 caches", on(lambda s: dec(s.q, s.k, s.v, s.plan, k_scale=2.0)),
              "k_scale"),
         Case("torch_ops fp8 v_scale -1", f8(lambda s, p, q, k, v: tops.decode(

@@ -197,6 +197,8 @@ def test_fp8_errors_name_the_argument(fp8_small):
         treeattn.decode(q.float(), k8, v8, p)
     with pytest.raises(TypeError, match="^k_cache: an fp8_e4m3 cache arrives as its uint8 view"):
         ext.decode(p, q, k8.view(torch.int8), v8.view(torch.int8), q.clone(), None, 0, None, 1)
+    with pytest.raises(TypeError, match="^k_cache: reference\\(\\) takes the dequantized"):
+        treeattn.reference(tree, q, k8, v8)
     with pytest.raises(ValueError, match="^kv_dtype: "):
         ext.decode(p, q, k8.view(torch.uint8), v8.view(torch.uint8), q.clone(), None, 0, None, 3)
     for name in ("k_scale", "v_scale"):
