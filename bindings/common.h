@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "treeattn/common/fp8.h"
 #include "treeattn/plan/cost/device_info.h"
 #include "treeattn/plan/layout.h"
 #include "treeattn/plan/plan.h"
@@ -96,8 +97,8 @@ struct PyPlan {
 
   /// Plans a copy of `t`, without the GIL.
   PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
-         int32_t num_kv_heads, int32_t head_dim, int32_t dtype_bytes, const DeviceInfo& device,
-         double headroom);
+         int32_t num_kv_heads, int32_t head_dim, int32_t dtype_bytes, int32_t kv_dtype_bytes,
+         const DeviceInfo& device, double headroom);
   ~PyPlan();
   PyPlan(const PyPlan&) = delete;
   PyPlan& operator=(const PyPlan&) = delete;
@@ -129,8 +130,10 @@ struct ExpectedShape {
 };
 
 /// Validates q/k/v (separate layout when v is given, else the combined 5-dim layout in k):
-/// dims, shape, floating dtype, one device. Throws ValueError / TypeError naming the argument.
-void check_qkv(const ExpectedShape& e, const AnyArray& q, const AnyArray& k, const AnyArray* v);
+/// dims, shape, floating dtype, one device. With an fp8 `kv`, k and v are the caches' uint8 views
+/// and q must be float16 / bfloat16. Throws ValueError / TypeError naming the argument.
+void check_qkv(const ExpectedShape& e, const AnyArray& q, const AnyArray& k, const AnyArray* v,
+               KvDType kv = KvDType::kSame);
 
 void register_args(nb::module_& m);
 void register_tree(nb::module_& m);

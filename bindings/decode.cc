@@ -104,6 +104,13 @@ void check_float(const AnyArray& a, const char* name) {
               dtype_str(a.dtype()));
 }
 
+/// How gather_into reads a KV cache: kSame = the array's float dtype as is; fp8 = the bytes of a
+/// uint8 view, decoded and multiplied by `scale`.
+struct KvDecode {
+  KvDType dtype = KvDType::kSame;
+  float scale = 1.f;
+};
+
 /// Element `offset` (in elements) of a float array of any supported dtype, as float.
 inline float load_f32(const char* base, const nb::dlpack::dtype& dt, int64_t offset) {
   using C = nb::dlpack::dtype_code;
@@ -170,8 +177,9 @@ int64_t num_elements(const View& v) {
   return n;
 }
 
-/// Writes a strided view, dense row-major, as float32 to out[0, num_elements(v)).
-void gather_into(const View& v, float* out) {
+/// Writes a strided view, dense row-major, as float32 to out[0, num_elements(v)) (an fp8 cache's
+/// bytes as scale x value, `kv`).
+void gather_into(const View& v, float* out, const KvDecode& kv = {}) {
   const int64_t n = num_elements(v);
   if (n == 0) return;
   const char* base = static_cast<const char*>(v.a->data());
@@ -179,8 +187,10 @@ void gather_into(const View& v, float* out) {
   const size_t nd = v.sizes.size();
   std::vector<int64_t> idx(nd, 0);
   int64_t off = v.base_off;
+  const bool fp8 = is_fp8(kv.dtype);
   for (int64_t i = 0; i < n; ++i) {
-    out[i] = load_f32(base, dt, off);
+    out[i] = fp8 ? kv.scale * fp8_bits_to_float(static_cast<uint8_t>(base[off]), kv.dtype)
+                 : load_f32(base, dt, off);
     for (size_t d = nd; d-- > 0;) {  // odometer increment, last dim fastest
       off += v.strides[d];
       if (++idx[d] < v.sizes[d]) break;
@@ -200,15 +210,17 @@ std::vector<float> gather_f32(const View& v) {
 /// Gathers the pages `pages` (ids along axis 0) of a paged cache into a dense float32 buffer
 /// [pages.size(), page_size, num_kv_heads, head_dim]: buffer page i is cache page pages[i].
 /// `axes` are the slot, head and dim axes of `a`; `base_off` the element of page 0's first value
-/// (the combined layout's V block). Reads nothing but those pages.
+/// (the combined layout's V block). Reads nothing but those pages (an fp8 cache dequantized with
+/// `kv`, so only the used pages are converted).
 std::vector<float> gather_pages_f32(const AnyArray& a, std::initializer_list<int> axes,
-                                    int64_t base_off, const std::vector<int32_t>& pages) {
+                                    int64_t base_off, const std::vector<int32_t>& pages,
+                                    const KvDecode& kv = {}) {
   View v = view_of(a, axes, base_off);
   const int64_t per_page = num_elements(v);
   std::vector<float> out(pages.size() * static_cast<size_t>(per_page));
   for (size_t i = 0; i < pages.size(); ++i) {
     v.base_off = base_off + static_cast<int64_t>(pages[i]) * a.stride(0);
-    gather_into(v, out.data() + i * static_cast<size_t>(per_page));
+    gather_into(v, out.data() + i * static_cast<size_t>(per_page), kv);
   }
   return out;
 }
@@ -226,20 +238,62 @@ int32_t page_index(const std::vector<int32_t>& pages, int32_t page) {
 }
 
 /// K and V of the pages `pages` gathered to float32 (gather_pages_f32), from the split layout
-/// (v given) or the combined one (K and V in k).
+/// (v given) or the combined one (K and V in k); an fp8 cache dequantized with kd / vd.
 struct HostKv {
   std::vector<float> k, v;
 };
-HostKv gather_kv(const AnyArray& k, const AnyArray* v, const std::vector<int32_t>& pages) {
+HostKv gather_kv(const AnyArray& k, const AnyArray* v, const std::vector<int32_t>& pages,
+                 const KvDecode& kd = {}, const KvDecode& vd = {}) {
   HostKv kv;
   if (v == nullptr) {
-    kv.k = gather_pages_f32(k, {2, 3, 4}, 0, pages);
-    kv.v = gather_pages_f32(k, {2, 3, 4}, k.stride(1), pages);
+    kv.k = gather_pages_f32(k, {2, 3, 4}, 0, pages, kd);
+    kv.v = gather_pages_f32(k, {2, 3, 4}, k.stride(1), pages, vd);
   } else {
-    kv.k = gather_pages_f32(k, {1, 2, 3}, 0, pages);
-    kv.v = gather_pages_f32(*v, {1, 2, 3}, 0, pages);
+    kv.k = gather_pages_f32(k, {1, 2, 3}, 0, pages, kd);
+    kv.v = gather_pages_f32(*v, {1, 2, 3}, 0, pages, vd);
   }
   return kv;
+}
+
+/// An fp8 cache's dequantization scale (k_scale or v_scale): a Python float (finite and > 0 in
+/// float32) or a 1-element float32 array on the caches' device (its value is read at run time on
+/// a GPU, so a captured CUDA graph replays with new values; on the CPU it is read and checked
+/// now). Neither = 1.
+struct KvScale {
+  float value = 1.f;              ///< the host value (the float, or the CPU array's element)
+  const float* device = nullptr;  ///< a CUDA array's data pointer
+};
+KvScale kv_scale_arg(const char* name, const std::optional<double>& value,
+                     const std::optional<AnyArray>& array, const AnyArray& k) {
+  KvScale s;
+  if (value) {
+    const double v = *value;
+    TA_CHECK_ARG(std::isfinite(v) && v > 0 && std::isfinite(static_cast<float>(v)) &&
+                     static_cast<float>(v) > 0.f,
+                 name, "must be finite and > 0 in float32, got ", v);
+    s.value = static_cast<float>(v);
+  }
+  if (!array) return s;
+  const AnyArray& a = *array;
+  if (a.dtype() != nb::dtype<float>())
+    throw nb::type_error(
+        (std::string(name) + ": expected a float32 scalar array, got " + dtype_str(a.dtype()))
+            .c_str());
+  TA_CHECK_ARG(a.size() == 1, name, "expected 1 element, got shape ", shape_str(a));
+  if (a.device_type() != k.device_type() || a.device_id() != k.device_id())
+    throw nb::type_error((std::string(name) + ": expected the device of k_cache (device type " +
+                          std::to_string(k.device_type()) + ", id " +
+                          std::to_string(k.device_id()) + "), got device type " +
+                          std::to_string(a.device_type()) + ", id " + std::to_string(a.device_id()))
+                             .c_str());
+  if (a.device_type() == kDlCpu) {
+    const float v = *static_cast<const float*>(a.data());
+    TA_CHECK_ARG(std::isfinite(v) && v > 0.f, name, "must be finite and > 0, got ", v);
+    s.value = v;
+  } else {
+    s.device = static_cast<const float*>(a.data());
+  }
+  return s;
 }
 
 /// The C++ sm_scale of a Python one: None -> 0 (the kernels' and executors' "1/sqrt(head_dim)");
@@ -328,12 +382,13 @@ ExpectedShape expected_from_plan(const PlanState& st) {
 // copy of the plan renumbered to those pages, scatter into out/lse. Time and memory grow with
 // the plan, never with the cache.
 void decode_cpu(const PlanState& st, const AnyArray& q, const AnyArray& k, const AnyArray* v,
-                const AnyArray& out, const AnyArray* lse, float sm_scale) {
+                const AnyArray& out, const AnyArray* lse, float sm_scale, KvDType kv_dtype,
+                const KvScale& k_scale, const KvScale& v_scale) {
   Plan plan = st.plan;
   const std::vector<int32_t> pages = distinct_pages(plan.page_ids);
   for (int32_t& id : plan.page_ids) id = page_index(pages, id);
   std::vector<float> hq = gather_f32(view_of(q, {0, 1, 2}));
-  const HostKv kv = gather_kv(k, v, pages);
+  const HostKv kv = gather_kv(k, v, pages, {kv_dtype, k_scale.value}, {kv_dtype, v_scale.value});
   const PlanShape& s = plan.shape;
   std::vector<float> ho(static_cast<size_t>(s.num_queries) * s.num_qo_heads * s.head_dim);
   std::vector<float> hl(lse ? static_cast<size_t>(s.num_queries) * s.num_qo_heads : 0);
@@ -360,7 +415,8 @@ void check_cuda_strides(const AnyArray& a, const char* name, std::initializer_li
 }
 
 void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray* v,
-                 const AnyArray& out, const AnyArray* lse, float sm_scale, uintptr_t stream) {
+                 const AnyArray& out, const AnyArray* lse, float sm_scale, uintptr_t stream,
+                 KvDType kv_dtype, const KvScale& k_scale, const KvScale& v_scale) {
   if (!is_half_dtype(q.dtype()))
     type_fail("q: CUDA decode expects float16 or bfloat16, got " + dtype_str(q.dtype()));
   const bool combined = v == nullptr;
@@ -403,10 +459,23 @@ void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray
   kv.kv = combined ? k.stride(1) : 0;
   kv.slot = k.stride(1 + o);
   kv.head = k.stride(2 + o);
+  // The combined layout's V block starts kv.kv elements after K (1 byte each for fp8 KV).
+  const int64_t kv_bytes = is_fp8(kv_dtype) ? 1 : 2;
   if (combined)
-    set_kv_combined(&a, k.data(), kv);
+    set_kv_split(&a, k.data(), static_cast<const char*>(k.data()) + kv.kv * kv_bytes, kv);
   else
     set_kv_split(&a, k.data(), v->data(), kv);
+  a.kv_dtype = kv_dtype;
+  if (is_fp8(kv_dtype)) {
+    // A CUDA scale array is read by the kernels at run time; a Python float != 1 lives in a
+    // device tensor that treeattn.decode() made, so only 1 (nullptr) arrives here as a value.
+    TA_CHECK_ARG(k_scale.device != nullptr || k_scale.value == 1.f, "k_scale",
+                 "a CUDA decode needs a float32 tensor on the device (or 1)");
+    TA_CHECK_ARG(v_scale.device != nullptr || v_scale.value == 1.f, "v_scale",
+                 "a CUDA decode needs a float32 tensor on the device (or 1)");
+    a.k_scale = k_scale.device;
+    a.v_scale = v_scale.device;
+  }
   a.out = out.data();
   a.o_stride_query = out.stride(0);
   a.o_stride_head = out.stride(1);
@@ -416,25 +485,50 @@ void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray
 }
 #endif
 
+/// The KvDType of the low-level decode's kv_dtype integer (0 same, 1 fp8_e4m3, 2 fp8_e5m2).
+KvDType kv_dtype_arg(int kv_dtype) {
+  TA_CHECK_ARG(kv_dtype >= 0 && kv_dtype <= 2, "kv_dtype",
+               "expected 0 (same), 1 (fp8_e4m3) or 2 (fp8_e5m2), got ", kv_dtype);
+  return static_cast<KvDType>(kv_dtype);
+}
+
 void decode(PyPlan& p, const AnyArray& q, const AnyArray& k, std::optional<AnyArray> v,
             const AnyArray& out, std::optional<AnyArray> lse, uintptr_t stream,
-            std::optional<double> sm_scale_arg) {
+            std::optional<double> sm_scale_arg, int kv_dtype_code,
+            std::optional<double> k_scale_value, std::optional<double> v_scale_value,
+            std::optional<AnyArray> k_scale_array, std::optional<AnyArray> v_scale_array) {
   // One snapshot for the whole call: the checks and the run see the same plan even when another
   // thread update()s this one meanwhile (the CPU run releases the GIL).
   const std::shared_ptr<const PlanState> st = p.state.snapshot();
   const ExpectedShape e = expected_from_plan(*st);
   const AnyArray* vp = v ? &*v : nullptr;
   const AnyArray* lp = lse ? &*lse : nullptr;
-  check_qkv(e, q, k, vp);
+  const KvDType kv_dtype = kv_dtype_arg(kv_dtype_code);
+  const int32_t plan_kv_bytes = st->plan.shape.kv_dtype_bytes;
+  if (is_fp8(kv_dtype)) {
+    TA_CHECK_ARG(plan_kv_bytes == 1, "plan", "made for ", plan_kv_bytes,
+                 "-byte K/V, but the caches are ", kv_dtype_name(kv_dtype),
+                 " (1 byte): plan with treeattn.plan(..., kv_dtype='", kv_dtype_name(kv_dtype),
+                 "')");
+  } else {
+    TA_CHECK_ARG(plan_kv_bytes != 1, "k_cache",
+                 "the plan was made for an fp8 KV cache (1 byte per element), got ",
+                 dtype_str(k.dtype()), ": pass the fp8 caches or plan with kv_dtype=None");
+    TA_CHECK_ARG(!k_scale_value && !k_scale_array, "k_scale", "only for an fp8 KV cache");
+    TA_CHECK_ARG(!v_scale_value && !v_scale_array, "v_scale", "only for an fp8 KV cache");
+  }
+  check_qkv(e, q, k, vp, kv_dtype);
   check_out(e, q, out);
   if (lp) check_lse(e, q, *lp);
   const float sm_scale = scale_arg(sm_scale_arg);
+  const KvScale k_scale = kv_scale_arg("k_scale", k_scale_value, k_scale_array, k);
+  const KvScale v_scale = kv_scale_arg("v_scale", v_scale_value, v_scale_array, k);
   if (q.device_type() == kDlCpu) {
-    decode_cpu(*st, q, k, vp, out, lp, sm_scale);
+    decode_cpu(*st, q, k, vp, out, lp, sm_scale, kv_dtype, k_scale, v_scale);
     return;
   }
 #if TREEATTN_PY_WITH_CUDA
-  decode_cuda(p, q, k, vp, out, lp, sm_scale, stream);
+  decode_cuda(p, q, k, vp, out, lp, sm_scale, stream, kv_dtype, k_scale, v_scale);
 #else
   (void)stream;
   throw std::runtime_error(
@@ -521,11 +615,16 @@ void reference(const PrefixTree& caller_tree, const AnyArray& q, const AnyArray&
 
 }  // namespace
 
-void check_qkv(const ExpectedShape& e, const AnyArray& q, const AnyArray& k, const AnyArray* v) {
+void check_qkv(const ExpectedShape& e, const AnyArray& q, const AnyArray& k, const AnyArray* v,
+               KvDType kv) {
   const int dev = q.device_type();
   if (dev != kDlCpu && dev != kDlCuda)
     type_fail("q: expected a CPU or CUDA array, got DLPack device type " + std::to_string(dev));
   check_float(q, "q");
+  const bool fp8 = is_fp8(kv);
+  if (fp8 && !is_half_dtype(q.dtype()))
+    type_fail(std::string("q: an ") + kv_dtype_name(kv) +
+              " KV cache needs float16 or bfloat16 q, got " + dtype_str(q.dtype()));
   check_ndim(q, "q", 3, "[num_queries, num_qo_heads, head_dim]");
   check_dim(q, "q", 0, e.num_queries, "num_queries", "the plan");
   check_dim(q, "q", 1, e.num_qo_heads, "num_qo_heads", "the plan");
@@ -533,8 +632,14 @@ void check_qkv(const ExpectedShape& e, const AnyArray& q, const AnyArray& k, con
 
   const bool combined = v == nullptr;
   check_same_device(k, "k_cache", q);
-  check_float(k, "k_cache");
-  if (dev == kDlCuda && k.dtype() != q.dtype())
+  if (fp8) {
+    if (k.dtype() != nb::dtype<uint8_t>())
+      type_fail(std::string("k_cache: an ") + kv_dtype_name(kv) +
+                " cache arrives as its uint8 view, got " + dtype_str(k.dtype()));
+  } else {
+    check_float(k, "k_cache");
+  }
+  if (!fp8 && dev == kDlCuda && k.dtype() != q.dtype())
     type_fail("k_cache: expected the dtype of q (" + dtype_str(q.dtype()) + "), got " +
               dtype_str(k.dtype()));
   if (combined) {
@@ -567,13 +672,42 @@ void check_qkv(const ExpectedShape& e, const AnyArray& q, const AnyArray& k, con
   }
 }
 
+/// fp8 codes of float32 values: dst[i] = float_to_fp8_bits(src[i] / scale) (round to nearest
+/// even, saturating, NaN -> NaN), both 1-D contiguous CPU arrays of one length. The conversion of
+/// the CPU tests and of random fp8 inputs, the same function the GPU random fill uses.
+void fp8_encode(const AnyArray& src, const AnyArray& dst, int kv_dtype, double scale) {
+  const KvDType t = kv_dtype_arg(kv_dtype);
+  TA_CHECK_ARG(is_fp8(t), "kv_dtype", "expected 1 (fp8_e4m3) or 2 (fp8_e5m2), got ", kv_dtype);
+  TA_CHECK_ARG(std::isfinite(scale) && scale > 0, "scale", "must be finite and > 0, got ", scale);
+  if (src.device_type() != kDlCpu || src.dtype() != nb::dtype<float>() || src.ndim() != 1 ||
+      (src.shape(0) > 1 && src.stride(0) != 1))
+    type_fail("src: expected a contiguous 1-D float32 CPU array");
+  if (dst.device_type() != kDlCpu || dst.dtype() != nb::dtype<uint8_t>() || dst.ndim() != 1 ||
+      (dst.shape(0) > 1 && dst.stride(0) != 1))
+    type_fail("dst: expected a contiguous 1-D uint8 CPU array");
+  TA_CHECK_ARG(dst.shape(0) == src.shape(0), "dst", "length ", dst.shape(0), " must equal src's ",
+               src.shape(0));
+  const float* in = static_cast<const float*>(src.data());
+  uint8_t* out = static_cast<uint8_t*>(dst.data());
+  const float sc = static_cast<float>(scale);
+  for (size_t i = 0; i < src.shape(0); ++i) out[i] = float_to_fp8_bits(in[i] / sc, t);
+}
+
 void register_decode(nb::module_& m) {
+  m.def("fp8_encode", &fp8_encode, nb::arg("src").noconvert(), nb::arg("dst").noconvert(),
+        nb::arg("kv_dtype"), nb::arg("scale") = 1.0,
+        "dst[i] = fp8 code of src[i] / scale (kv_dtype 1 = e4m3, 2 = e5m2; round to nearest even, "
+        "saturating, NaN stays NaN); src float32, dst uint8, 1-D contiguous CPU arrays.");
   m.def("decode", &decode, nb::arg("plan"), nb::arg("q").noconvert(),
         nb::arg("k_cache").noconvert(), nb::arg("v_cache").noconvert().none(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert().none(), nb::arg("stream"),
-        nb::arg("sm_scale"),
+        nb::arg("sm_scale").none(), nb::arg("kv_dtype") = 0, nb::arg("k_scale").none() = nb::none(),
+        nb::arg("v_scale").none() = nb::none(),
+        nb::arg("k_scale_array").noconvert().none() = nb::none(),
+        nb::arg("v_scale_array").noconvert().none() = nb::none(),
         "Low-level decode: every tensor given (out/lse preallocated), stream as an integer "
-        "handle. Use treeattn.decode().");
+        "handle; kv_dtype 0 (same), 1 (fp8_e4m3) or 2 (fp8_e5m2) with k_cache/v_cache as uint8 "
+        "views and the scales as floats or 1-element float32 arrays. Use treeattn.decode().");
   m.def("reference", &reference, nb::arg("tree"), nb::arg("q").noconvert(),
         nb::arg("k_cache").noconvert(), nb::arg("v_cache").noconvert().none(),
         nb::arg("queries").none(), nb::arg("out").noconvert(), nb::arg("lse").noconvert(),

@@ -36,6 +36,19 @@ ok "check query" "$CLI" check --levels 'N=1,4,8 C=64,17,5 heads=8/2' --planner q
 ok "check node shuffled" "$CLI" check --levels 'N=2,6 C=33,16' --heads 28/4 --head-dim 64 \
   --page-size 8 --planner node --shuffle-pages --seed 3
 ok "check workload sampled" "$CLI" check --workload fasttree:13 --planner node --sample-queries 4
+# fp8 KV: the plan counts 1 byte per KV element, check runs on dequantized fp8 inputs
+ok "plan fp8" "$CLI" plan --levels 'N=1,4 C=1024,256' --planner node --kv-dtype fp8_e4m3 --json
+grep -q '"kv_dtype": "fp8_e4m3", "kv_dtype_bytes": 1' "$TMP/out" &&
+  grep -q '"kv_bytes_read": 4194304,' "$TMP/out" ||
+  { echo "FAIL: plan --kv-dtype fp8_e4m3 --json: kv_dtype or 1-byte KV bytes"; cat "$TMP/out"; failures=$((failures + 1)); }
+ok "plan fp16 KV bytes" "$CLI" plan --levels 'N=1,4 C=1024,256' --planner node --json
+grep -q '"kv_bytes_read": 8388608,' "$TMP/out" ||
+  { echo "FAIL: plan --json: 2-byte KV bytes"; failures=$((failures + 1)); }
+for kv in fp8_e4m3 fp8_e5m2; do
+  ok "check $kv" "$CLI" check --levels 'N=1,3,6 C=40,17,5 heads=8/2' --planner all --kv-dtype $kv
+  ok "check $kv scaled" "$CLI" check --levels 'N=2,5 C=33,9 heads=16/2' --page-size 1 \
+    --planner auto --kv-dtype $kv --k-scale 0.0009765625 --v-scale 64
+done
 
 cat > "$TMP/tree.json" <<'JSON'
 {"page_size": 16, "heads": [8, 2], "head_dim": 64,
@@ -58,6 +71,13 @@ bad "--tree" "$CLI" plan --tree "$TMP/does-not-exist.json"
 bad "--levels" "$CLI" plan --levels 'N=1,x C=5'
 bad "--planner" "$CLI" check --levels 'N=1,4 C=100,20' --planner nope
 bad "--workload" "$CLI" plan --workload nosuchset:3
+bad "--kv-dtype" "$CLI" check --levels 'N=1,4 C=100,20' --kv-dtype fp8
+bad "--kv-dtype" "$CLI" plan --levels 'N=1,4 C=100,20' --kv-dtype float8_e4m3fn
+bad "--k-scale" "$CLI" check --levels 'N=1,4 C=100,20' --kv-dtype fp8_e4m3 --k-scale 0
+bad "--k-scale" "$CLI" check --levels 'N=1,4 C=100,20' --kv-dtype fp8_e4m3 --k-scale nan
+bad "--v-scale" "$CLI" check --levels 'N=1,4 C=100,20' --kv-dtype fp8_e5m2 --v-scale -1
+bad "--v-scale" "$CLI" plan --levels 'N=1,4 C=100,20' --kv-dtype fp8_e5m2 --v-scale 1e39
+bad "--k-scale" "$CLI" check --levels 'N=1,4 C=100,20' --k-scale 2
 bad "--seed" "$CLI" check --levels 'N=1,4 C=100,20' --seed -1
 bad "--tree" "$CLI" plan
 
@@ -65,7 +85,7 @@ bad "--tree" "$CLI" plan
 ok "version" "$CLI" --version
 grep -q "^treeattn [0-9]" "$TMP/out" || { echo "FAIL: --version"; failures=$((failures + 1)); }
 bad "is a directory" "$CLI" plan --tree "$TMP"
-bad "NUL byte" "$CLI" plan --tree /dev/zero --planner node
+bad "NUL byte" "$CLI" plan --tree /dev/zero --planner node  # a NUL ends the read (json.h)
 jtree() {  # jtree <file> <nodes json> [extra top-level json]: a page_size 16 tree, query on node 0
   printf '{"page_size": 16, "nodes": [%s], "queries": [{"node": 0}]%s}\n' "$2" "${3:-}" > "$1"
 }

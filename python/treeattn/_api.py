@@ -5,6 +5,7 @@ and reference() (the float64 oracle)."""
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 from typing import Any, Optional, Sequence, Tuple, Union
 
@@ -28,6 +29,71 @@ def scale_arg(sm_scale: Any) -> Optional[float]:
                                                                np.floating)):
         raise TypeError(f"sm_scale: expected a float or None, got {type(sm_scale).__name__}")
     return float(sm_scale)
+
+
+#: kv_dtype spellings accepted by plan(): None / 'same' (or q's 2-byte dtypes), the fp8 names and
+#: the frameworks' fp8 dtype names.
+_KV_DTYPE_NAMES = {"same": 0, "float16": 0, "bfloat16": 0, "fp8_e4m3": 1, "fp8_e5m2": 1,
+                   "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def kv_dtype_bytes_arg(kv_dtype: Any) -> int:
+    """PlanOptions::kv_dtype_bytes of plan()'s kv_dtype: 1 for an fp8 cache ('fp8_e4m3',
+    'fp8_e5m2', torch.float8_e4m3fn, torch.float8_e5m2), 0 (= the dtype's) for None / 'same'."""
+    if kv_dtype is None:
+        return 0
+    name = kv_dtype if isinstance(kv_dtype, str) else str(kv_dtype).replace("torch.", "")
+    if name not in _KV_DTYPE_NAMES:
+        raise ValueError(f"kv_dtype: expected None, 'same', 'fp8_e4m3', 'fp8_e5m2', "
+                         f"torch.float8_e4m3fn or torch.float8_e5m2, got {kv_dtype!r}")
+    return _KV_DTYPE_NAMES[name]
+
+
+def kv_scale_arg(name: str, scale: Any, kv_like: Any) -> Tuple[Optional[float], Any]:
+    """An fp8 cache's k_scale / v_scale as the extension takes it: (float, None) for a Python
+    number (finite and > 0, else ValueError naming it), (None, array) for a 1-element float32
+    array (checked by the extension; on a GPU read at run time, so a captured CUDA graph replays
+    with the value it holds then). A float != 1 for a CUDA cache becomes a device tensor here
+    (torch.full: a fill kernel, allowed during graph capture, with the value baked in)."""
+    if scale is None:
+        return None, None
+    if hasattr(scale, "__dlpack__") or isinstance(scale, np.ndarray):
+        return None, fw.detach(scale)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a float, a 1-element float32 tensor or None, got "
+                        f"{type(scale).__name__}")
+    value = float(scale)
+    f32 = np.finfo(np.float32)
+    if not (math.isfinite(value) and float(f32.tiny) <= value <= float(f32.max)):
+        raise ValueError(f"{name}: must be finite and > 0 in float32, got {scale!r}")
+    if fw.dlpack_device(kv_like)[0] != fw.DL_CUDA or value == 1.0:
+        return value, None
+    if fw.framework(kv_like) != "torch":
+        raise TypeError(f"{name}: with a non-torch CUDA cache pass the scale as a 1-element "
+                        f"float32 array on its device")
+    import torch
+
+    return None, torch.full((1,), value, dtype=torch.float32, device=kv_like.device)
+
+
+def _kv_caches(k_cache: Any, v_cache: Any) -> Tuple[Any, Any, int]:
+    """(k_cache, v_cache, kv_dtype code): fp8 caches as their uint8 views with code 1 (e4m3) or 2
+    (e5m2), others unchanged with 0. TypeError naming v_cache when its dtype is not k_cache's,
+    naming k_cache for another float8 type."""
+    kname = fw.dtype_name(k_cache)
+    if v_cache is not None and fw.dtype_name(v_cache) != kname and (
+            kname in fw.FP8_KV_DTYPES or fw.dtype_name(v_cache) in fw.FP8_KV_DTYPES):
+        raise TypeError(f"v_cache: expected the dtype of k_cache ({kname}), got "
+                        f"{fw.dtype_name(v_cache)}")
+    if kname.startswith("float8") and kname not in fw.FP8_KV_DTYPES:
+        raise TypeError(f"k_cache: unsupported KV dtype {kname} (fp8 caches: float8_e4m3fn or "
+                        f"float8_e5m2)")
+    if kname not in fw.FP8_KV_DTYPES:
+        return k_cache, v_cache, 0
+    code = fw.FP8_KV_DTYPES[kname][1]
+    k8 = fw.fp8_bytes_view("k_cache", k_cache)
+    v8 = None if v_cache is None else fw.fp8_bytes_view("v_cache", v_cache)
+    return k8, v8, code
 
 
 def _check_fresh(p: "Plan", what: str = "plan") -> None:
@@ -68,9 +134,9 @@ class Plan(_ext.Plan):
 
     def __init__(self, tree: PrefixTree, planner: str, num_qo_heads: int, num_kv_heads: int,
                  head_dim: int, dtype_bytes: int, device_info: DeviceInfo,
-                 headroom: float) -> None:
+                 headroom: float, kv_dtype_bytes: int = 0) -> None:
         super().__init__(tree, planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes,
-                         device_info, headroom)
+                         device_info, headroom, kv_dtype_bytes)
         #: The tree planned (weak) and its version then, as one attribute so that a thread
         #: reading it while another update()s the plan sees a matching pair: decode() and
         #: update() refuse the plan once the tree changed.
@@ -139,13 +205,16 @@ def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
          num_kv_heads: Optional[int] = None, head_dim: Optional[int] = None,
          planner: str = "auto", device: Union[str, DeviceInfo] = "h200", *,
          dtype: Any = "float16", headroom: float = 1.0, reuse: Optional[Plan] = None,
-         stream: Any = None) -> Plan:
+         stream: Any = None, kv_dtype: Any = None) -> Plan:
     """Plans one decode step over `tree` on the host.
 
     Heads and head_dim default to the tree's shape (JSON / workload line), else 32/8/128.
     planner: one of treeattn.planners() ('auto' by default). device: a preset name ('a100',
     'h100', 'h200') or a DeviceInfo for the cost model (planning never touches a GPU).
-    dtype: KV element type (cost model only). headroom >= 1 sizes the device layout up so later,
+    dtype: q/out element type (cost model only). kv_dtype: None (the default, K/V like dtype),
+    'fp8_e4m3' / 'fp8_e5m2' or torch.float8_e4m3fn / torch.float8_e5m2 for an fp8 KV cache (1 byte
+    per element: decode() then needs fp8 caches, and refuses them with a plan made without it).
+    headroom >= 1 sizes the device layout up so later,
     larger plans can be update()d into the same workspace. reuse: an earlier Plan to refresh in
     place (reuse.update(new plan, stream)); it is returned instead of a new object.
     """
@@ -164,7 +233,8 @@ def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
         raise TypeError(f"device: expected a preset name or DeviceInfo, got {type(device).__name__}")
     if reuse is not None and not isinstance(reuse, _ext.Plan):
         raise TypeError(f"reuse: expected a treeattn.Plan or None, got {type(reuse).__name__}")
-    p = Plan(tree, planner, qo, kv, dim, _dtype_bytes(dtype), info, headroom)
+    p = Plan(tree, planner, qo, kv, dim, _dtype_bytes(dtype), info, headroom,
+             kv_dtype_bytes_arg(kv_dtype))
     if reuse is not None:
         return reuse.update(p, stream)
     return p
@@ -172,7 +242,7 @@ def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
 
 def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
            return_lse: bool = False, *, lse: Any = None, stream: Any = None,
-           sm_scale: Optional[float] = None) -> Any:
+           sm_scale: Optional[float] = None, k_scale: Any = None, v_scale: Any = None) -> Any:
     """Tree attention for one decode step: out[q] = softmax(q K^T * scale) V over the KV on
     query q's root path.
 
@@ -186,6 +256,13 @@ def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
     the float32 log-sum-exp [num_queries, num_qo_heads] (natural log of the softmax denominator
     over the scaled logits); lse= passes a preallocated one. sm_scale: None (the default) means
     1/sqrt(head_dim); a given value must be finite and > 0.
+
+    fp8 KV cache: k_cache / v_cache of torch.float8_e4m3fn or torch.float8_e5m2 (numpy: the
+    ml_dtypes types), both the same dtype, q float16 / bfloat16, a plan made with
+    plan(..., kv_dtype='fp8_e4m3' or 'fp8_e5m2'). K = k_scale x stored value, V = v_scale x stored
+    value; each scale None (1), a float (finite, > 0) or a 1-element float32 tensor on the caches'
+    device, which the GPU kernels read at run time (a captured CUDA graph replays with the value it
+    holds then). The CPU executor dequantizes only the pages the plan reads. docs/fp8.md.
 
     Returns out, or (out, lse). Raises ValueError / TypeError naming the bad argument.
     """
@@ -203,6 +280,9 @@ def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
         raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
     q, k_cache, v_cache = fw.detach(q), fw.detach(k_cache), fw.detach(v_cache)
     out, lse = fw.detach(out), fw.detach(lse)
+    k_cache, v_cache, kv_code = _kv_caches(k_cache, v_cache)
+    ks_value, ks_array = kv_scale_arg("k_scale", k_scale, k_cache)
+    vs_value, vs_array = kv_scale_arg("v_scale", v_scale, k_cache)
     q_in = q
     if fw.framework(q) == "numpy":
         q, k_cache, v_cache = (fw.as_numpy_input(x) for x in (q, k_cache, v_cache))
@@ -220,7 +300,8 @@ def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
     target = out
     if fw.framework(out) == "numpy" and out.dtype.name == "bfloat16":
         target = np.empty(out.shape, np.float32)  # q was widened to float32 above
-    _ext.decode(plan, q, k_cache, v_cache, target, lse, handle, scale_arg(sm_scale))
+    _ext.decode(plan, q, k_cache, v_cache, target, lse, handle, scale_arg(sm_scale), kv_code,
+                ks_value, vs_value, ks_array, vs_array)
     if target is not out:
         out[...] = target.astype(out.dtype)
     if out_alloc is not None:
@@ -241,6 +322,10 @@ def reference(tree: PrefixTree, q: Any, k_cache: Any, v_cache: Any = None,
     num_qo_heads])."""
     if not isinstance(tree, PrefixTree):
         raise TypeError(f"tree: expected a treeattn.PrefixTree, got {type(tree).__name__}")
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if fw.dtype_name(x).startswith("float8"):
+            raise TypeError(f"{name}: reference() takes the dequantized values of an fp8 cache "
+                            f"(e.g. {name}.float() * scale), got {fw.dtype_name(x)}")
     q, k_cache, v_cache = (fw.as_numpy_input(fw.detach(x)) for x in (q, k_cache, v_cache))
     shape = getattr(q, "shape", None)
     if shape is None or len(shape) != 3:

@@ -63,6 +63,30 @@ def check_array(name: str, x: Any, writable: bool = False) -> None:
                         f"returned array")
 
 
+#: The fp8 KV dtypes by the name frameworks give them (torch, ml_dtypes / numpy, JAX, CuPy):
+#: treeattn.decode passes such caches to the extension as uint8 views with a kv_dtype code.
+FP8_KV_DTYPES = {"float8_e4m3fn": ("fp8_e4m3", 1), "float8_e5m2": ("fp8_e5m2", 2)}
+
+
+def dtype_name(x: Any) -> str:
+    """The element type's bare name: 'float16', 'float8_e4m3fn', ... ('' when x has none)."""
+    return str(getattr(x, "dtype", "")).replace("torch.", "")
+
+
+def fp8_bytes_view(name: str, x: Any) -> Any:
+    """The uint8 view of an fp8 array (same memory, same shape and strides): torch and numpy
+    (ml_dtypes) only; TypeError naming the argument for other frameworks."""
+    fw = framework(x)
+    if fw == "torch":
+        import torch
+
+        return x.view(torch.uint8)
+    if isinstance(x, np.ndarray):
+        return x.view(np.uint8)
+    raise TypeError(f"{name}: fp8 KV caches are taken as torch tensors or numpy (ml_dtypes) "
+                    f"arrays, got a {fw} array of {dtype_name(x)}")
+
+
 def as_numpy_input(x: Any) -> Any:
     """numpy arrays pass through, except bfloat16 (ml_dtypes), which DLPack cannot export: it is
     widened to float32 exactly. Lists and other array-likes are left to the extension's checks."""

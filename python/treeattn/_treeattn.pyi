@@ -371,7 +371,7 @@ class Plan:
     A host plan (work items over the tree's KV) plus, once used on a GPU, its device workspace. Made by treeattn.plan(); reused across layers.
     """
 
-    def __init__(self, tree: PrefixTree, planner: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, device_info: DeviceInfo, headroom: float) -> None: ...
+    def __init__(self, tree: PrefixTree, planner: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, device_info: DeviceInfo, headroom: float, kv_dtype_bytes: int = 0) -> None: ...
 
     @property
     def planner(self) -> str:
@@ -404,6 +404,10 @@ class Plan:
 
     @property
     def page_size(self) -> int: ...
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes per K/V element the plan was made for: 1 = an fp8 KV cache."""
 
     @property
     def num_items(self) -> int: ...
@@ -463,9 +467,14 @@ class Plan:
         Frees the device workspace now (the next GPU decode allocates it again). Make sure no kernel using it is still running.
         """
 
-def decode(plan: Plan, q: NDArray, k_cache: NDArray, v_cache: NDArray | None, out: NDArray, lse: NDArray | None, stream: int, sm_scale: float | None) -> None:
+def fp8_encode(src: NDArray, dst: NDArray, kv_dtype: int, scale: float = 1.0) -> None:
     """
-    Low-level decode: every tensor given (out/lse preallocated), stream as an integer handle. Use treeattn.decode().
+    dst[i] = fp8 code of src[i] / scale (kv_dtype 1 = e4m3, 2 = e5m2; round to nearest even, saturating, NaN stays NaN); src float32, dst uint8, 1-D contiguous CPU arrays.
+    """
+
+def decode(plan: Plan, q: NDArray, k_cache: NDArray, v_cache: NDArray | None, out: NDArray, lse: NDArray | None, stream: int, sm_scale: float | None, kv_dtype: int = 0, k_scale: float | None = None, v_scale: float | None = None, k_scale_array: NDArray | None = None, v_scale_array: NDArray | None = None) -> None:
+    """
+    Low-level decode: every tensor given (out/lse preallocated), stream as an integer handle; kv_dtype 0 (same), 1 (fp8_e4m3) or 2 (fp8_e5m2) with k_cache/v_cache as uint8 views and the scales as floats or 1-element float32 arrays. Use treeattn.decode().
     """
 
 def reference(tree: PrefixTree, q: NDArray, k_cache: NDArray, v_cache: NDArray | None, queries: Sequence[int], out: NDArray, lse: NDArray, sm_scale: float | None) -> None:

@@ -1,42 +1,67 @@
 // Random test inputs from the value stream of treeattn/common/random_values.h (every value rounded
-// to fp16 or bf16 so the CPU and GPU paths see identical numbers; deterministic per seed), their
+// to fp16 or bf16, K/V of an fp8 spec to k_scale x fp8(value / k_scale), so the CPU and GPU paths
+// see identical numbers; deterministic per seed), their
 // HostAttentionInputs view, and the float64 oracle on a sample of queries whose inputs are
 // recomputed from the stream for the sampled paths only.
 #include "treeattn/cpu/random_inputs.h"
 
+#include <cmath>
 #include <cstdint>
 #include <unordered_map>
 
 #include "treeattn/common/error.h"
+#include "treeattn/common/fp8.h"
 #include "treeattn/common/half.h"
 
 namespace treeattn {
 namespace {
 
-float rounded(const RandomValueStream& s, InputTensor t, uint64_t i, bool bf16) {
+/// Element i of tensor t as stored: q (and K/V of kSame) rounded to fp16 or bf16; K/V of an fp8
+/// spec the dequantized value scale x fp8(value / scale) (the stored code times its scale).
+float rounded(const RandomValueStream& s, const RandomInputSpec& spec, InputTensor t, uint64_t i) {
   const float x = s.value(t, i);
-  return bf16 ? round_to_bf16(x) : round_to_fp16(x);
+  if (t != InputTensor::kQ && is_fp8(spec.kv_dtype)) {
+    const float scale = t == InputTensor::kK ? spec.k_scale : spec.v_scale;
+    return scale * round_to_fp8(x / scale, spec.kv_dtype);
+  }
+  return spec.bf16 ? round_to_bf16(x) : round_to_fp16(x);
 }
 
-void fill(std::vector<float>* v, const RandomValueStream& s, InputTensor t, uint64_t n, bool bf16) {
+void fill(std::vector<float>* v, const RandomValueStream& s, const RandomInputSpec& spec,
+          InputTensor t, uint64_t n) {
   v->resize(n);
-  for (uint64_t i = 0; i < n; ++i) (*v)[i] = rounded(s, t, i, bf16);
+  for (uint64_t i = 0; i < n; ++i) (*v)[i] = rounded(s, spec, t, i);
+}
+
+/// The spec's KV storage: a known KvDType, and for fp8 scales that are finite and > 0.
+void check_kv_spec(const RandomInputSpec& spec) {
+  TA_CHECK_ARG(spec.kv_dtype == KvDType::kSame || is_fp8(spec.kv_dtype), "kv_dtype",
+               "unknown KV dtype ", static_cast<int>(spec.kv_dtype));
+  if (!is_fp8(spec.kv_dtype)) return;
+  TA_CHECK_ARG(std::isfinite(spec.k_scale) && spec.k_scale > 0.f, "k_scale",
+               "must be finite and > 0, got ", spec.k_scale);
+  TA_CHECK_ARG(std::isfinite(spec.v_scale) && spec.v_scale > 0.f, "v_scale",
+               "must be finite and > 0, got ", spec.v_scale);
 }
 
 }  // namespace
 
-RandomInputs random_inputs(const PrefixTree& tree, int32_t num_qo_heads, int32_t num_kv_heads,
-                           int32_t head_dim, bool bf16, uint64_t seed) {
+RandomInputs random_inputs(const PrefixTree& tree, const RandomInputSpec& spec) {
   TA_CHECK_ARG(tree.num_pages >= 0, "tree.num_pages", "must be >= 0, got ", tree.num_pages);
   check_page_size(tree.page_size, "tree.page_size");
+  check_kv_spec(spec);
   const RandomValueStream s =
-      random_value_stream(RandomInputSpec{num_qo_heads, num_kv_heads, head_dim, bf16, seed},
-                          tree.num_queries(), tree.num_pages, tree.page_size);
+      random_value_stream(spec, tree.num_queries(), tree.num_pages, tree.page_size);
   RandomInputs r;
-  fill(&r.q, s, InputTensor::kQ, s.q_elems, bf16);
-  fill(&r.k, s, InputTensor::kK, s.kv_elems, bf16);
-  fill(&r.v, s, InputTensor::kV, s.kv_elems, bf16);
+  fill(&r.q, s, spec, InputTensor::kQ, s.q_elems);
+  fill(&r.k, s, spec, InputTensor::kK, s.kv_elems);
+  fill(&r.v, s, spec, InputTensor::kV, s.kv_elems);
   return r;
+}
+
+RandomInputs random_inputs(const PrefixTree& tree, int32_t num_qo_heads, int32_t num_kv_heads,
+                           int32_t head_dim, bool bf16, uint64_t seed) {
+  return random_inputs(tree, RandomInputSpec{num_qo_heads, num_kv_heads, head_dim, bf16, seed});
 }
 
 HostAttentionInputs host_inputs(const RandomInputs& data, int32_t num_qo_heads,
@@ -48,6 +73,7 @@ HostAttentionInputs host_inputs(const RandomInputs& data, int32_t num_qo_heads,
 OracleSample oracle_sample(const PrefixTree& tree, const RandomInputSpec& spec, int32_t k,
                            double max_work) {
   validate(tree);
+  check_kv_spec(spec);
   const RandomValueStream s =
       random_value_stream(spec, tree.num_queries(), tree.num_pages, tree.page_size);
   const int64_t H = spec.num_qo_heads, D = spec.head_dim;
@@ -99,12 +125,12 @@ OracleSample oracle_sample(const PrefixTree& tree, const RandomInputSpec& spec, 
   for (size_t i = 0; i < rs.queries.size(); ++i)
     for (int64_t e = 0; e < H * D; ++e)
       data.q[i * H * D + e] =
-          rounded(s, InputTensor::kQ, static_cast<uint64_t>(rs.queries[i]) * H * D + e, spec.bf16);
+          rounded(s, spec, InputTensor::kQ, static_cast<uint64_t>(rs.queries[i]) * H * D + e);
   for (size_t pg = 0; pg < orig_page.size(); ++pg)
     for (int64_t e = 0; e < page_elems; ++e) {
       const uint64_t src = static_cast<uint64_t>(orig_page[pg]) * page_elems + e;
-      data.k[pg * page_elems + e] = rounded(s, InputTensor::kK, src, spec.bf16);
-      data.v[pg * page_elems + e] = rounded(s, InputTensor::kV, src, spec.bf16);
+      data.k[pg * page_elems + e] = rounded(s, spec, InputTensor::kK, src);
+      data.v[pg * page_elems + e] = rounded(s, spec, InputTensor::kV, src);
     }
   rs.out.resize(rs.queries.size() * H * D);
   rs.lse.resize(rs.queries.size() * H);

@@ -105,7 +105,8 @@ void set_planned_counts(const Plan& plan, PlanLayout* layout) {
 bool plan_fits(const Plan& plan, const PlanLayout& layout) {
   const PlanShape &a = layout.shape, &b = plan.shape;
   if (a.num_qo_heads != b.num_qo_heads || a.num_kv_heads != b.num_kv_heads ||
-      a.head_dim != b.head_dim || a.page_size != b.page_size)
+      a.head_dim != b.head_dim || a.page_size != b.page_size ||
+      a.kv_dtype_bytes != b.kv_dtype_bytes)
     return false;
   const PlanLayout n = plan_layout(plan, 1.0);
   for (int c = 0; c < kNumTileClasses; ++c)

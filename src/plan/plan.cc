@@ -39,7 +39,7 @@ void validate_plan(const Plan& plan) {
   TA_CHECK_INTERNAL(plan.version == kPlanVersion, "plan version ", plan.version);
   TA_CHECK_INTERNAL(s.num_queries >= 0 && s.num_qo_heads >= 1 && s.num_kv_heads >= 1 &&
                         s.num_qo_heads % s.num_kv_heads == 0 && s.head_dim >= 1 &&
-                        s.page_size >= 1 && s.dtype_bytes >= 1,
+                        s.page_size >= 1 && s.dtype_bytes >= 1 && s.kv_dtype_bytes >= 1,
                     "bad plan shape");
   const int64_t group = s.group();
   const int64_t nitems = static_cast<int64_t>(plan.items.size());

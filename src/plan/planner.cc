@@ -46,13 +46,23 @@ void validate_plan_options(const PlanOptions& opts) {
                "must be 64, 128 or 256, got ", opts.head_dim);
   TA_CHECK_ARG(opts.dtype_bytes == 1 || opts.dtype_bytes == 2 || opts.dtype_bytes == 4,
                "dtype_bytes", "must be 1, 2 or 4, got ", opts.dtype_bytes);
+  TA_CHECK_ARG(opts.kv_dtype_bytes == 0 || opts.kv_dtype_bytes == 1 || opts.kv_dtype_bytes == 2 ||
+                   opts.kv_dtype_bytes == 4,
+               "kv_dtype_bytes", "must be 1, 2, 4 or 0 (= dtype_bytes), got ", opts.kv_dtype_bytes);
   validate_device(opts.device);
 }
 
 PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
                               int32_t num_kv_heads, int32_t head_dim, const DeviceInfo& device,
-                              int32_t dtype_bytes) {
-  PlanOptions o{planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes, 0, device};
+                              int32_t dtype_bytes, int32_t kv_dtype_bytes) {
+  PlanOptions o;
+  o.planner = planner;
+  o.num_qo_heads = num_qo_heads;
+  o.num_kv_heads = num_kv_heads;
+  o.head_dim = head_dim;
+  o.dtype_bytes = dtype_bytes;
+  o.kv_dtype_bytes = kv_dtype_bytes;
+  o.device = device;
   validate_plan_options(o);
   return o;
 }

@@ -29,10 +29,12 @@ std::shared_ptr<const PlanState> SharedPlan::snapshot() const {
 void SharedPlan::check_replaceable(const Plan& current, const Plan& next) {
   const PlanShape &a = current.shape, &b = next.shape;
   TA_CHECK_ARG(a.num_qo_heads == b.num_qo_heads && a.num_kv_heads == b.num_kv_heads &&
-                   a.head_dim == b.head_dim && a.page_size == b.page_size,
+                   a.head_dim == b.head_dim && a.page_size == b.page_size &&
+                   a.kv_dtype_bytes == b.kv_dtype_bytes,
                "plan", "the new plan is for heads ", b.num_qo_heads, "/", b.num_kv_heads,
-               ", head_dim ", b.head_dim, ", page_size ", b.page_size, "; this plan is for ",
-               a.num_qo_heads, "/", a.num_kv_heads, ", ", a.head_dim, ", ", a.page_size,
+               ", head_dim ", b.head_dim, ", page_size ", b.page_size, ", KV bytes ",
+               b.kv_dtype_bytes, "; this plan is for ", a.num_qo_heads, "/", a.num_kv_heads, ", ",
+               a.head_dim, ", ", a.page_size, ", ", a.kv_dtype_bytes,
                " (update() keeps the shape: make a new plan instead)");
 }
 

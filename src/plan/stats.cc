@@ -13,6 +13,7 @@ PlanStats plan_stats(const PrefixTree& tree, const Plan& plan, const DeviceInfo&
   validate_device(device);
   const PlanShape& s = plan.shape;
   const int64_t kvh = s.num_kv_heads, D = s.head_dim, dt = s.dtype_bytes;
+  const int64_t kv_dt = s.kv_dtype_bytes;  // K/V elements (1 for fp8), Q/O in dt
   const int64_t group = s.group();
   PlanStats st;
   st.items = static_cast<int64_t>(plan.items.size());
@@ -24,7 +25,7 @@ PlanStats plan_stats(const PrefixTree& tree, const Plan& plan, const DeviceInfo&
   double issued = 0, real = 0;
   int64_t rows = 0;
   for (const WorkItem& it : plan.items) {
-    st.kv_bytes_read += static_cast<int64_t>(it.kv_tokens) * kvh * D * 2 * dt;
+    st.kv_bytes_read += static_cast<int64_t>(it.kv_tokens) * kvh * D * 2 * kv_dt;
     rows += it.num_rows;
     const int64_t packed = it.num_rows * group;
     const ItemCost c =
@@ -33,7 +34,7 @@ PlanStats plan_stats(const PrefixTree& tree, const Plan& plan, const DeviceInfo&
     issued += static_cast<double>(issued_mma_rows(it.tile, packed)) * it.kv_tokens;
     real += static_cast<double>(packed) * it.kv_tokens;
   }
-  st.unique_kv_bytes = unique_tokens(tree) * kvh * D * 2 * dt;
+  st.unique_kv_bytes = unique_tokens(tree) * kvh * D * 2 * kv_dt;
   st.redundant_kv_bytes = st.kv_bytes_read - st.unique_kv_bytes;
   st.partial_bytes = 2 * static_cast<int64_t>(plan.num_slots) * s.num_qo_heads * (D * 4 + 4);
   st.qo_bytes = rows * s.num_qo_heads * D * dt +

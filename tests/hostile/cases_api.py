@@ -556,6 +556,85 @@ def _torch_cases() -> List[Case]:
     ]
 
 
+def _fp8_cases() -> List[Case]:
+    """fp8 KV caches: kv_dtype of plan(), the fp8 caches and their scales in decode() and the
+    torch custom op (the caches are the fp8 values of s.k / s.v, the plan made for them)."""
+    if torch is None:
+        return []
+    import treeattn.torch_ops as tops
+
+    dec = treeattn.decode
+
+    def f8(call, kind=torch.float8_e4m3fn):
+        def run() -> None:
+            s = Small()
+            p8 = treeattn.plan(s.tree, H, HK, D, kv_dtype=str(kind).replace("torch.", ""))
+            q = torch.from_numpy(s.q).half()
+            k8 = torch.from_numpy(s.k).to(kind)
+            v8 = torch.from_numpy(s.v).to(kind)
+            call(s, p8, q, k8, v8)
+        return run
+
+    def ref8(s, q, k8, v8, ks=1.0, vs=1.0):
+        return treeattn.reference(s.tree, q.float().numpy(), k8.float().numpy() * ks,
+                                  v8.float().numpy() * vs)[0]
+
+    c = [
+        Case("plan kv_dtype 'fp8'", on(lambda s: treeattn.plan(s.tree, H, HK, D, kv_dtype="fp8")),
+             "kv_dtype"),
+        Case("plan kv_dtype int8", on(lambda s: treeattn.plan(s.tree, H, HK, D,
+                                                              kv_dtype=torch.int8)), "kv_dtype"),
+        Case("plan kv_dtype float8_e4m3fnuz", on(lambda s: treeattn.plan(
+            s.tree, H, HK, D, kv_dtype=torch.float8_e4m3fnuz)), "kv_dtype"),
+        Case("plan kv_dtype 5", on(lambda s: treeattn.plan(s.tree, H, HK, D, kv_dtype=5)),
+             "kv_dtype"),
+        Case("Plan() kv_dtype_bytes 3", on(lambda s: treeattn.Plan(
+            s.tree, "auto", H, HK, D, 2, treeattn.DeviceInfo.preset("h100"), 1.0, 3)),
+             "kv_dtype_bytes"),
+        Case("fp8 decode with a plan for 2-byte KV", f8(lambda s, p, q, k, v: dec(q, k, v, s.plan)),
+             "plan"),
+        Case("fp16 caches with a plan for fp8 KV", f8(lambda s, p, q, k, v: dec(
+            q, k.half(), v.half(), p)), "k_cache"),
+        Case("fp8 k e4m3, v e5m2", f8(lambda s, p, q, k, v: dec(
+            q, k, v.float().to(torch.float8_e5m2), p)), "v_cache"),
+        Case("fp8 k, v float16", f8(lambda s, p, q, k, v: dec(q, k, v.half(), p)), "v_cache"),
+        Case("fp8 caches float8_e4m3fnuz", f8(lambda s, p, q, k, v: dec(
+            q, k.view(torch.uint8).view(torch.float8_e4m3fnuz),
+            v.view(torch.uint8).view(torch.float8_e4m3fnuz), p)), "k_cache"),
+        Case("fp8 caches with float32 q", f8(lambda s, p, q, k, v: dec(q.float(), k, v, p)), "q"),
+        Case("fp8 with a float16 k_scale tensor", f8(lambda s, p, q, k, v: dec(
+            q, k, v, p, k_scale=torch.ones(1, dtype=torch.float16))), "k_scale"),
+        Case("fp8 with a 3-element v_scale tensor", f8(lambda s, p, q, k, v: dec(
+            q, k, v, p, v_scale=torch.ones(3))), "v_scale"),
+        Case("fp8 with a k_scale tensor holding 0", f8(lambda s, p, q, k, v: dec(
+            q, k, v, p, k_scale=torch.zeros(1))), "k_scale"),
+        Case("fp8 with a v_scale tensor holding NaN", f8(lambda s, p, q, k, v: dec(
+            q, k, v, p, v_scale=torch.full((1,), math.nan))), "v_scale"),
+        Case("reference() with fp8 caches", f8(lambda s, p, q, k, v: treeattn.reference(
+            s.tree, q, k, v)), "k_cache"),
+        Case("k_scale with float32 caches", on(lambda s: dec(s.q, s.k, s.v, s.plan, k_scale=2.0)),
+             "k_scale"),
+        Case("torch_ops fp8 v_scale -1", f8(lambda s, p, q, k, v: tops.decode(
+            q, k, v, p, v_scale=-1.0)), "v_scale"),
+        Case("fp8 e4m3 with scales (valid)", f8(lambda s, p, q, k, v: close(dec(
+            q, k, v, p, k_scale=0.37, v_scale=torch.tensor([64.0])),
+            ref8(s, q, k, v, np.float32(0.37), 64.0), 2e-3))),
+        Case("fp8 e5m2 combined layout (valid)", f8(lambda s, p, q, k, v: close(dec(
+            q, torch.stack([k, v], 1), None, p), ref8(s, q, k, v), 2e-3), torch.float8_e5m2)),
+        Case("torch_ops fp8 with scale tensors (valid)", f8(lambda s, p, q, k, v: close(
+            tops.decode(q, k, v, p, k_scale=torch.tensor([2.0]), v_scale=torch.tensor([0.5])),
+            ref8(s, q, k, v, 2.0, 0.5), 2e-3))),
+    ]
+    for name in ("k_scale", "v_scale"):
+        for bad in (0.0, -1.0, math.nan, math.inf, 1e-300, 1e300):
+            c.append(Case(f"fp8 {name} {bad!r}", f8(lambda s, p, q, k, v, n=name, b=bad: dec(
+                q, k, v, p, **{n: b})), name))
+        for bad in (True, "2", [1.0], None.__class__):
+            c.append(Case(f"fp8 {name} {bad!r}", f8(lambda s, p, q, k, v, n=name, b=bad: dec(
+                q, k, v, p, **{n: b})), name))
+    return c
+
+
 def _device_info_cases() -> List[Case]:
     DI = treeattn.DeviceInfo
 
@@ -607,7 +686,7 @@ def _misc_cases() -> List[Case]:
 def cases() -> List[Case]:
     return (_block_table_cases() + _json_cases() + _builder_cases() + _update_cases()
             + _plan_cases() + _decode_cases() + _reference_cases() + _torch_cases()
-            + _device_info_cases() + _misc_cases())
+            + _fp8_cases() + _device_info_cases() + _misc_cases())
 
 
 # ---------------------------------------------------------------- probes

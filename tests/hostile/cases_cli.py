@@ -107,6 +107,23 @@ def _number_cases() -> List[CliCase]:
     c.append(CliCase("check --heads 8 (valid, MHA)", ["check", "--levels", L, "--planner", "node",
                                                       "--heads", "8", "--head-dim", "64"],
                      check=_passes))
+    for v in ["fp8", "FP8_E4M3", "float8_e4m3fn", "fp8_e4m3 ", "", "int8", "fp16"]:
+        c.append(CliCase(f"check --kv-dtype {v!r}",
+                         ["check", "--levels", L, "--planner", "node", f"--kv-dtype={v}"],
+                         ["--kv-dtype"]))
+    for flag in ["--k-scale", "--v-scale"]:
+        for v in ["0", "-1", "nan", "inf", "1e-50", "1e39", "0x1p-3", "abc", " 1"]:
+            c.append(CliCase(f"check {flag} {v!r}",
+                             ["check", "--levels", L, "--planner", "node", "--kv-dtype",
+                              "fp8_e4m3", f"{flag}={v}"], [flag]))
+        c.append(CliCase(f"check {flag} without an fp8 --kv-dtype",
+                         ["check", "--levels", L, "--planner", "node", flag, "2"], [flag]))
+    c.append(CliCase("check --kv-dtype fp8_e5m2 with scales (valid)",
+                     ["check", "--levels", L, "--planner", "node", "--kv-dtype", "fp8_e5m2",
+                      "--k-scale", "0.0009765625", "--v-scale", "64"], check=_passes))
+    c.append(CliCase("plan --kv-dtype fp8_e4m3 (valid)",
+                     ["plan", "--levels", L, "--planner", "node", "--kv-dtype", "fp8_e4m3",
+                      "--json"], check=_has('"kv_dtype_bytes": 1')))
     return c
 
 

@@ -18,6 +18,10 @@
 // (set_grouped_kernel: legacy, ws, auto, or a comma list of them; both = legacy,ws); with several,
 // every plan is checked and timed on each, back to back, and the JSON results carry
 // "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128 ran on).
+// --kv-dtype fp8_e4m3|fp8_e5m2 (with --k-scale/--v-scale) runs an fp8 KV cache: the inputs are
+// filled as fp8(value / scale), the scales sit in a 2-float device buffer that DecodeArgs'
+// k_scale/v_scale point at, the oracle sees the dequantized values, the plan and the floor count
+// 1 byte per KV element, and the JSON results carry "kv_dtype".
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -156,7 +160,7 @@ double measure_tc_TFLOPs() {
 constexpr double kOracleWork = 6e7;
 
 struct Result {
-  std::string workload, set, planner, dtype;
+  std::string workload, set, planner, dtype, kv_dtype = "same";
   int32_t page_size = 0, qo = 0, kv = 0, head_dim = 0, queries = 0;
   double median_ms = 0, floor_ms = 0, floor_fraction = 0, baseline_ms = 0, max_rel_err = 0;
   double GBps = 0, bytes_min = 0, flops_min = 0, est_us = 0, kv_read_bytes = 0;
@@ -177,6 +181,7 @@ struct Timer {
   size_t flush_bytes = 0;
   cudaEvent_t e0{}, e1{};
   cudaStream_t stream{};
+  float* scales = nullptr;  ///< device [k_scale, v_scale] of the current problem (fp8 KV)
 };
 
 /// Plans and uploads once, then per grouped kernel of `kernels` (set_grouped_kernel): checks once
@@ -202,7 +207,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   Plan plan;
   try {
     plan = make_plan(pb.tree, make_plan_options(planner, pb.num_qo_heads, pb.num_kv_heads,
-                                                pb.head_dim, g_device));
+                                                pb.head_dim, g_device, 2, pb.kv_dtype_bytes()));
   } catch (const std::exception& e) {
     std::printf("  !!!! PLANNER FAILED: %s planner=%s: %s (line skipped: counted as a failure)\n",
                 pb.name.c_str(), planner.c_str(), e.what());
@@ -212,6 +217,9 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   DevicePlan dp;
   dp.upload(plan, tm.stream);
   DecodeArgs a = in.args;
+  a.kv_dtype = pb.kv_dtype;
+  a.k_scale = is_fp8(pb.kv_dtype) ? tm.scales : nullptr;
+  a.v_scale = is_fp8(pb.kv_dtype) ? tm.scales + 1 : nullptr;
   const PlanStats stats = plan_stats(pb.tree, plan, g_device);
   results->clear();
   for (const GroupedKernel kernel : kernels) {
@@ -388,6 +396,7 @@ int bench_command(int argc, char** argv) {
   BENCH_CUDA(cudaEventCreate(&tm.e0));
   BENCH_CUDA(cudaEventCreate(&tm.e1));
   BENCH_CUDA(cudaStreamCreate(&tm.stream));
+  BENCH_CUDA(cudaMalloc(&tm.scales, 2 * sizeof(float)));
 
   std::vector<Result> results;
   std::printf("%-44s %-6s %-13s %9s %9s %6s %7s %9s %7s %9s\n", "workload", "heads", "planner",
@@ -396,13 +405,20 @@ int bench_command(int argc, char** argv) {
     const PrefixTree& t = pb.tree;
     const int64_t H = pb.num_qo_heads, KH = pb.num_kv_heads, D = pb.head_dim;
     const int64_t nq = t.num_queries();
-    const RandomInputSpec spec{pb.num_qo_heads, pb.num_kv_heads, pb.head_dim, bf16, seed};
+    RandomInputSpec spec{pb.num_qo_heads, pb.num_kv_heads, pb.head_dim, bf16, seed};
+    spec.kv_dtype = pb.kv_dtype;
+    spec.k_scale = pb.k_scale;
+    spec.v_scale = pb.v_scale;
+    const float scales[2] = {pb.k_scale, pb.v_scale};
+    BENCH_CUDA(
+        cudaMemcpyAsync(tm.scales, scales, sizeof(scales), cudaMemcpyHostToDevice, tm.stream));
     DeviceInputs in;
     in.fill(t, spec, KvLayout::kSplit, /*with_lse=*/true, tm.stream);
     // floor
     double ctx_sum = 0;
     for (int32_t q = 0; q < nq; ++q) ctx_sum += static_cast<double>(query_context(t, q));
-    const double bytes_min = static_cast<double>(unique_tokens(t)) * KH * D * 2 * 2 +
+    const double kv_bytes = is_fp8(pb.kv_dtype) ? 1 : 2;  // per K or V element
+    const double bytes_min = static_cast<double>(unique_tokens(t)) * KH * D * 2 * kv_bytes +
                              static_cast<double>(nq) * H * D * 2 * 2;
     const double flops_min = 4.0 * ctx_sum * H * D;
     const double floor_ms = std::max(bytes_min / (hbm * 1e9), flops_min / (tc * 1e12)) * 1e3;
@@ -428,6 +444,7 @@ int bench_command(int argc, char** argv) {
         r.set = pb.set;
         r.planner = pl;
         r.dtype = dtype;
+        r.kv_dtype = kv_dtype_name(pb.kv_dtype);
         r.page_size = t.page_size;
         r.qo = static_cast<int32_t>(H);
         r.kv = static_cast<int32_t>(KH);
@@ -497,19 +514,20 @@ int bench_command(int argc, char** argv) {
                    "\"heads\": \"%d/%d\", \"head_dim\": %d, \"queries\": %d, \"GBps\": %.1f, "
                    "\"bytes_min\": %.0f, \"flops_min\": %.0f, \"items\": %lld, "
                    "\"kv_bytes_read\": %.0f, \"est_us\": %.2f, \"grouped_kernel\": \"%s\", "
-                   "\"grouped_run\": \"%s\", \"check_ok\": %s}",
+                   "\"grouped_run\": \"%s\", \"kv_dtype\": \"%s\", \"check_ok\": %s}",
                    i ? "," : "", json_escape(r.workload).c_str(), json_escape(r.set).c_str(),
                    r.planner.c_str(), r.dtype.c_str(), r.page_size, r.median_ms, r.floor_ms,
                    r.floor_fraction, r.baseline_ms, r.max_rel_err, r.qo, r.kv, r.head_dim,
                    r.queries, r.GBps, r.bytes_min, r.flops_min, static_cast<long long>(r.items),
                    r.kv_read_bytes, r.est_us, r.grouped_kernel.c_str(), r.grouped_run.c_str(),
-                   r.check_ok ? "true" : "false");
+                   r.kv_dtype.c_str(), r.check_ok ? "true" : "false");
     }
     std::fprintf(f, "\n]}\n");
     std::fclose(f);
   }
   if (timeline_file != nullptr) std::fclose(timeline_file);
   cudaFree(tm.flush);
+  cudaFree(tm.scales);
   cudaEventDestroy(tm.e0);
   cudaEventDestroy(tm.e1);
   cudaStreamDestroy(tm.stream);

@@ -1,7 +1,9 @@
 // `treeattn check`: for each selected tree (or every line of --workloads SET|all) and planner,
 //   1. make_plan() and check_coverage() (every (query, token) pair exactly once, slots, merges);
 //   2. the float32 CPU executor against the float64 oracle on fresh random fp16 (bf16 where the
-//      workload says so) inputs, on a sample of queries.
+//      workload says so) inputs, on a sample of queries; with --kv-dtype fp8_e4m3|fp8_e5m2 K and V
+//      are the dequantized fp8 values k_scale x fp8(value / k_scale) (random_inputs()), which the
+//      oracle sees too, and the plan is made for 1-byte KV.
 // PASS when compare_to_oracle() (treeattn/cpu/compare.h: the one tolerance rule, documented there)
 // passes for the outputs and for the LSEs of every sampled query, at the fp32 bound (the executor
 // computes in float32); --tolerance replaces that bound.
@@ -135,7 +137,11 @@ int check_command(int argc, char** argv) {
     bool inputs_ok = true;
     std::string input_error;
     try {
-      data = random_inputs(p.tree, checked_qo_heads, s.kv_heads, p.head_dim, p.bf16, seed);
+      RandomInputSpec spec{checked_qo_heads, s.kv_heads, p.head_dim, p.bf16, seed};
+      spec.kv_dtype = p.kv_dtype;
+      spec.k_scale = p.k_scale;
+      spec.v_scale = p.v_scale;
+      data = random_inputs(p.tree, spec);
       in = host_inputs(data, checked_qo_heads, s.kv_heads, p.head_dim);
       ref.assign(static_cast<size_t>(nq) * in.num_qo_heads * p.head_dim, 0.0);
       ref_lse.assign(static_cast<size_t>(nq) * in.num_qo_heads, 0.0);
@@ -151,9 +157,10 @@ int check_command(int argc, char** argv) {
       double rel = NAN, max_lse_err = NAN;
       try {
         if (!inputs_ok) throw std::runtime_error("inputs: " + input_error);
-        const Plan plan = planned(
-            p.tree, make_plan_options(name, p.num_qo_heads, p.num_kv_heads, p.head_dim, dev),
-            "check", p.name);
+        const Plan plan = planned(p.tree,
+                                  make_plan_options(name, p.num_qo_heads, p.num_kv_heads,
+                                                    p.head_dim, dev, 2, p.kv_dtype_bytes()),
+                                  "check", p.name);
         check_coverage(p.tree, plan);
         Plan sub = plan;  // same items, restricted to the checked KV heads (see file comment)
         sub.shape.num_kv_heads = in.num_kv_heads;
@@ -185,6 +192,7 @@ int check_command(int argc, char** argv) {
       passed += verdict == "PASS";
       json.text() << (total > 1 ? ", " : "") << "{\"workload\": \"" << json_escape(p.name)
                   << "\", \"set\": \"" << json_escape(p.set) << "\", \"planner\": \"" << name
+                  << "\", \"kv_dtype\": \"" << kv_dtype_name(p.kv_dtype)
                   << "\", \"pass\": " << (verdict == "PASS" ? "true" : "false")
                   << ", \"max_rel_err\": " << json_number(rel)
                   << ", \"lse_rel_err\": " << json_number(max_lse_err)

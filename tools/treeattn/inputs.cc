@@ -1,6 +1,7 @@
 // Implementation of the CLI's problem selection (inputs.h).
 #include "inputs.h"
 
+#include <cfloat>
 #include <sstream>
 #include <stdexcept>
 
@@ -62,12 +63,65 @@ std::vector<FlagSpec> input_flags(bool with_sets) {
       {"page-size", true, "tokens per KV page for --levels/--workload (overrides)"},
       {"shuffle-pages", false, "lay pages out in random order (fragmentation), see --seed"},
       {"seed", true, "random seed (page shuffle, inputs, sampling); default 0"},
+      {"kv-dtype", true,
+       "K/V element type: same (as q, default), fp8_e4m3 or fp8_e5m2 (1 byte per element)"},
+      {"k-scale", true, "fp8 K dequantization scale (K = k_scale x stored), > 0; default 1"},
+      {"v-scale", true, "fp8 V dequantization scale (V = v_scale x stored), > 0; default 1"},
   };
   if (with_sets) f.push_back({"workloads", true, "every line of a workload set, or 'all'"});
   return f;
 }
 
+namespace {
+
+/// --k-scale / --v-scale: a positive normal float32 (the kernels read a float32 scale).
+float scale_flag(const Args& a, const std::string& name) {
+  return static_cast<float>(
+      a.real(name, 1.0, static_cast<double>(FLT_MIN), static_cast<double>(FLT_MAX)));
+}
+
+/// The K/V storage flags, applied to every problem.
+void read_kv_flags(const Args& a, KvDType* dtype, float* k_scale, float* v_scale) {
+  const std::string name = a.str("kv-dtype", "same");
+  if (name == "same") {
+    *dtype = KvDType::kSame;
+  } else if (name == "fp8_e4m3") {
+    *dtype = KvDType::kFloat8E4M3;
+  } else if (name == "fp8_e5m2") {
+    *dtype = KvDType::kFloat8E5M2;
+  } else {
+    throw std::invalid_argument("--kv-dtype: expected same, fp8_e4m3 or fp8_e5m2, got '" + name +
+                                "'");
+  }
+  for (const char* flag : {"k-scale", "v-scale"})
+    if (a.has(flag) && !is_fp8(*dtype))
+      throw std::invalid_argument(std::string("--") + flag +
+                                  ": only with an fp8 --kv-dtype (fp8_e4m3 or fp8_e5m2)");
+  *k_scale = scale_flag(a, "k-scale");
+  *v_scale = scale_flag(a, "v-scale");
+}
+
+/// The selected trees and their shapes (load_problems without the K/V storage).
+std::vector<Problem> load_trees(const Args& a, bool with_sets);
+
+}  // namespace
+
 std::vector<Problem> load_problems(const Args& a, bool with_sets) {
+  KvDType kv_dtype = KvDType::kSame;
+  float k_scale = 1.f, v_scale = 1.f;
+  read_kv_flags(a, &kv_dtype, &k_scale, &v_scale);
+  std::vector<Problem> out = load_trees(a, with_sets);
+  for (Problem& p : out) {
+    p.kv_dtype = kv_dtype;
+    p.k_scale = k_scale;
+    p.v_scale = v_scale;
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<Problem> load_trees(const Args& a, bool with_sets) {
   int sources =
       a.has("tree") + a.has("levels") + a.has("workload") + (with_sets && a.has("workloads"));
   if (sources != 1) {
@@ -129,10 +183,17 @@ std::vector<Problem> load_problems(const Args& a, bool with_sets) {
   return out;
 }
 
+}  // namespace
+
 std::string shape_text(const Problem& p) {
   std::ostringstream os;
   os << "heads=" << p.num_qo_heads << "/" << p.num_kv_heads << " dim=" << p.head_dim
      << " page=" << p.tree.page_size;
+  if (is_fp8(p.kv_dtype)) {
+    os << " kv=" << kv_dtype_name(p.kv_dtype);
+    if (p.k_scale != 1.f) os << " k_scale=" << p.k_scale;
+    if (p.v_scale != 1.f) os << " v_scale=" << p.v_scale;
+  }
   return os.str();
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "args.h"
+#include "treeattn/common/fp8.h"
 #include "treeattn/plan/cost/device_info.h"
 #include "treeattn/tree/prefix_tree.h"
 
@@ -21,9 +22,15 @@ struct Problem {
   PrefixTree tree;
   int32_t num_qo_heads = 32, num_kv_heads = 8, head_dim = 128;
   bool bf16 = false;
+  /// K/V storage (--kv-dtype, --k-scale, --v-scale): kSame = the dtype of q; fp8 = one byte per
+  /// element standing for scale x value.
+  KvDType kv_dtype = KvDType::kSame;
+  float k_scale = 1.f, v_scale = 1.f;
+  /// PlanOptions::kv_dtype_bytes for it: 1 for fp8, 0 (= dtype_bytes) otherwise.
+  int32_t kv_dtype_bytes() const { return is_fp8(kv_dtype) ? 1 : 0; }
 };
 
-/// The input flags; `with_sets` adds --workloads.
+/// The input flags (with --kv-dtype, --k-scale and --v-scale); `with_sets` adds --workloads.
 std::vector<FlagSpec> input_flags(bool with_sets);
 /// Builds the selected problems (one, or a whole set for --workloads). Throws
 /// std::invalid_argument whose message starts with the offending flag.
@@ -35,7 +42,8 @@ std::vector<std::string> planner_list(const std::string& planner);
 std::vector<FlagSpec> planner_flags();
 /// The --device preset (h200 when not given); throws std::invalid_argument naming --device.
 DeviceInfo device_flag(const Args& args);
-/// Human-readable "heads=32/8 dim=128 page=16" suffix.
+/// Human-readable "heads=32/8 dim=128 page=16" suffix (then " kv=fp8_e4m3" and the scales that
+/// are not 1 for an fp8 KV cache).
 std::string shape_text(const Problem& p);
 
 }  // namespace treeattn::cli

@@ -6,7 +6,8 @@
 // gets its error in its row instead of aborting the others; any failure makes the exit code 1.
 // Each row says which planner's plan it is (`chosen`: auto's pick, or the planner itself); the
 // estimated times are the cost model's for the --device preset, not a measurement on this
-// machine, and the output says so.
+// machine, and the output says so. --kv-dtype fp8_e4m3|fp8_e5m2 plans for an fp8 KV cache: the
+// KV bytes (and the cost model's) count 1 byte per element, Q/O 2.
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -64,9 +65,10 @@ int plan_command(int argc, char** argv) {
       Row r;
       r.planner = name;
       try {
-        const Plan plan = planned(
-            p.tree, make_plan_options(name, p.num_qo_heads, p.num_kv_heads, p.head_dim, dev),
-            "plan", p.name);
+        const Plan plan = planned(p.tree,
+                                  make_plan_options(name, p.num_qo_heads, p.num_kv_heads,
+                                                    p.head_dim, dev, 2, p.kv_dtype_bytes()),
+                                  "plan", p.name);
         r.chosen = plan.chosen_planner;
         r.st = plan_stats(p.tree, plan, dev);
         r.layout = plan_layout(plan);
@@ -83,6 +85,8 @@ int plan_command(int argc, char** argv) {
       js << (pi ? ", " : "") << "{\"workload\": \"" << json_escape(p.name) << "\", \"set\": \""
          << json_escape(p.set) << "\", \"heads\": [" << p.num_qo_heads << ", " << p.num_kv_heads
          << "], \"head_dim\": " << p.head_dim << ", \"page_size\": " << p.tree.page_size
+         << ", \"kv_dtype\": \"" << kv_dtype_name(p.kv_dtype)
+         << "\", \"kv_dtype_bytes\": " << (is_fp8(p.kv_dtype) ? 1 : 2)
          << ", \"queries\": " << p.tree.num_queries() << ", \"unique_tokens\": " << unique
          << ", \"plans\": [";
       for (size_t i = 0; i < rows.size(); ++i) {

@@ -15,11 +15,16 @@
 
 namespace treeattn {
 
-/// q in [-4, 4), k and v in [-1, 1) (RandomValueStream), rounded to fp16 (bf16 = false) or bf16
-/// so the CPU and GPU see identical values.
+/// q in [-4, 4), k and v in [-1, 1) (RandomValueStream), rounded to fp16 (spec.bf16 = false) or
+/// bf16 so the CPU and GPU see identical values; with an fp8 spec.kv_dtype, k and v hold the
+/// dequantized values k_scale x round_to_fp8(value / k_scale) (v likewise), what an fp8 cache of
+/// DeviceInputs stands for. Throws std::invalid_argument naming "k_scale" / "v_scale" (fp8 only:
+/// each must be finite and > 0), "kv_dtype", the tree's page fields or the spec's shape fields.
 struct RandomInputs {
   std::vector<float> q, k, v;
 };
+RandomInputs random_inputs(const PrefixTree& tree, const RandomInputSpec& spec);
+/// random_inputs() of the spec {num_qo_heads, num_kv_heads, head_dim, bf16, seed} (K/V kSame).
 RandomInputs random_inputs(const PrefixTree& tree, int32_t num_qo_heads, int32_t num_kv_heads,
                            int32_t head_dim, bool bf16, uint64_t seed);
 
@@ -32,8 +37,9 @@ HostAttentionInputs host_inputs(const RandomInputs& data, int32_t num_qo_heads,
 /// x num_qo_heads x head_dim x 2 multiply-adds, summed over the sample) would pass `max_work`
 /// (the first query is always kept). It runs on the sub-tree of the sampled queries' root paths,
 /// whose q rows and K/V pages it recomputes from the value stream, so its cost grows with the
-/// sampled paths, not with the tree or its page count. Throws std::invalid_argument naming the
-/// offender (the tree, the spec's fields, "k").
+/// sampled paths, not with the tree or its page count. K/V as random_inputs() stores them (the
+/// dequantized values of an fp8 spec). Throws std::invalid_argument naming the offender (the
+/// tree, the spec's fields, "k_scale", "v_scale", "k").
 OracleSample oracle_sample(const PrefixTree& tree, const RandomInputSpec& spec, int32_t k,
                            double max_work = std::numeric_limits<double>::infinity());
 

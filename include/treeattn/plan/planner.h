@@ -27,14 +27,16 @@ const std::vector<std::string>& planner_names();
 
 /// Throws std::invalid_argument naming "planner" (not in planner_names()), "num_qo_heads",
 /// "num_kv_heads" (each >= 1, num_kv_heads dividing num_qo_heads, a group of <= 128),
-/// "head_dim" (64, 128 or 256), "dtype_bytes" (1, 2 or 4) or the offending "device.*" field.
+/// "head_dim" (64, 128 or 256), "dtype_bytes" (1, 2 or 4), "kv_dtype_bytes" (1, 2, 4 or 0) or
+/// the offending "device.*" field.
 void validate_plan_options(const PlanOptions& opts);
 
 /// The one conversion of a caller's planning arguments (the CLI's flags, the Python plan(), the
 /// benchmarks) into PlanOptions, checked with validate_plan_options().
 PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
                               int32_t num_kv_heads, int32_t head_dim,
-                              const DeviceInfo& device = DeviceInfo(), int32_t dtype_bytes = 2);
+                              const DeviceInfo& device = DeviceInfo(), int32_t dtype_bytes = 2,
+                              int32_t kv_dtype_bytes = 0);
 
 /// Validates the options (validate_plan_options) and the tree, then runs the named planner.
 /// Throws std::invalid_argument naming the option (see validate_plan_options) or the tree's

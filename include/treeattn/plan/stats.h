@@ -11,8 +11,8 @@ namespace treeattn {
 
 struct PlanStats {
   int64_t items = 0, ctas = 0, launches = 0;
-  int64_t kv_bytes_read = 0;    ///< sum over items of kv_tokens x kv_heads x head_dim x 2 x dtype
-  int64_t unique_kv_bytes = 0;  ///< each used token once
+  int64_t kv_bytes_read = 0;  ///< sum over items of kv_tokens x kv_heads x head_dim x 2 x kv dtype
+  int64_t unique_kv_bytes = 0;     ///< each used token once
   int64_t redundant_kv_bytes = 0;  ///< kv_bytes_read - unique_kv_bytes
   int64_t partial_bytes = 0;       ///< partial O + LSE written and read back by the merge
   int64_t qo_bytes = 0;            ///< Q read (per item row) + O written

@@ -60,7 +60,7 @@ int64_t slots_per_sm(const DeviceInfo& dev, bool wide) {
 struct CtaModel {
   /// `ctas`: CTAs of the whole plan; fewer than the slots share each SM among fewer CTAs.
   CtaModel(const DeviceInfo& dev, const PlanShape& s, bool wide_m16, int64_t ctas)
-      : D(s.head_dim), dt(s.dtype_bytes), wide(wide_m16) {
+      : D(s.head_dim), dt(s.dtype_bytes), kv_dt(s.kv_dtype_bytes), wide(wide_m16) {
     const int64_t per_sm = std::max<int64_t>(
         1, std::min<int64_t>(slots_per_sm(dev, wide_m16), (ctas + dev.num_sms - 1) / dev.num_sms));
     const double slots = static_cast<double>(dev.num_sms) * static_cast<double>(per_sm);
@@ -89,7 +89,7 @@ struct CtaModel {
   ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv,
                       bool masked = false, double mma_fraction = 1.0) const {
     ItemCost c;
-    c.kv_bytes = static_cast<double>(kv) * D * 2.0 * dt;
+    c.kv_bytes = static_cast<double>(kv) * D * 2.0 * kv_dt;
     c.bytes =
         c.kv_bytes + packed * D * dt + partial * (D * 4.0 + 4.0) + (packed - partial) * D * dt;
     c.flops = 4.0 * static_cast<double>(issued_mma_rows(tile, packed)) *
@@ -103,7 +103,7 @@ struct CtaModel {
     if (masked) c.us *= mask_scale[k];
     return c;
   }
-  double D, dt;
+  double D, dt, kv_dt;  // head_dim, Q/O and K/V element bytes
   bool wide;
   double slot_bw = 0, kv_bw = 0, slot_flops = 0, overhead = 0;
   double mask_scale[kNumTileClasses] = {1, 1, 1};  ///< CTA time factor of a masked item
@@ -270,7 +270,7 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   // cannot beat prune_above.
   // HBM bytes: every CTA's, with its KV counted once per unique token when the shape knows them
   const double unique_kv =
-      static_cast<double>(s.unique_kv_tokens) * kv_heads * s.head_dim * 2.0 * s.dtype_bytes;
+      static_cast<double>(s.unique_kv_tokens) * kv_heads * s.head_dim * 2.0 * s.kv_dtype_bytes;
   const double hbm_bytes = s.unique_kv_tokens > 0
                                ? total_bytes - total_kv_bytes + std::min(total_kv_bytes, unique_kv)
                                : total_bytes;

@@ -20,6 +20,7 @@ PlanShape plan_shape(const PrefixTree& tree, const PlanOptions& opts) {
   s.head_dim = opts.head_dim;
   s.page_size = tree.page_size;
   s.dtype_bytes = opts.dtype_bytes;
+  s.kv_dtype_bytes = opts.kv_dtype_bytes > 0 ? opts.kv_dtype_bytes : opts.dtype_bytes;
   s.unique_kv_tokens = unique_tokens(tree);  // tokens on some query's path
   return s;
 }
