@@ -264,8 +264,8 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
     unsigned align;
   } ptrs[] = {{workspace, "workspace", 16},
               {args.q, "args.q", 16},
-              {args.k, "args.k", kv8 ? 8u : 16u},
-              {args.v, "args.v", kv8 ? 8u : 16u},
+              {args.k, "args.k", 16},
+              {args.v, "args.v", 16},
               {args.out, "args.out", 16}};
   for (const auto& p : ptrs) {
     if (p.ptr == nullptr) return fail(kBad, "%s: null pointer", p.name);
@@ -290,6 +290,11 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
     if (!stride_ok(s.stride))
       return fail(kBad, "%s: must be a positive multiple of 8 elements, got %lld", s.name,
                   static_cast<long long>(s.stride));
+  if (kv8)                        // the fp8 loads are 16 elements (bytes) wide
+    for (int i = 2; i <= 4; ++i)  // page, slot and head strides
+      if (strides[i].stride % 16 != 0)
+        return fail(kBad, "%s: must be a multiple of 16 elements for an fp8 KV cache, got %lld",
+                    strides[i].name, static_cast<long long>(strides[i].stride));
   if (!(args.sm_scale >= 0.f) || !std::isfinite(args.sm_scale * kLog2e))
     return fail(kBad,
                 "args.sm_scale: must be >= 0 (0 = 1/sqrt(head_dim)) and finite times log2(e), "

@@ -13,9 +13,10 @@
 //                            (kM64/kM128 up to HD 128: HD / 64 column blocks, AttnConfig::swz)
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
 // An fp8 KV cache (kKv e4m3 / e5m2) lands by cp.async in one-byte stages s8K, s8V [STAGES][BN][HD]
-// (8-byte copies, rows unswizzled); at each tile the CTA converts the tile's stage into a single
-// dtype tile sK, sV in the layout above (exact: kernel_common.cuh), and the MMAs read that. The K
-// scale is folded into the logit scale, the V scale into the epilogue's normalization.
+// (16-byte copies, rows unswizzled); at each tile the stage is converted into a single dtype tile
+// sK, sV in the layout above (exact: kernel_common.cuh), by each warp for its own token slice in
+// the kM16 configs, else by the CTA, and the MMAs read that. The K scale is folded into the logit
+// scale, the V scale into the epilogue's normalization.
 // Warp (wm, wn) owns packed rows [16 wm, 16 wm + 16) and tokens [wn BN/WN, (wn+1) BN/WN) of each
 // KV tile; S = Q K^T and O += P V run on mma.sync m16n8k16 (fp32 accumulate), or per warpgroup
 // of 64 rows on wgmma (sm_90a, kM64/kM128 up to HD 128, sm90/wgmma.cuh), online softmax in the exp2
@@ -197,19 +198,23 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
         p, item, kv_head, sQ, tid % CPT, tid / CPT,
         [](int r, int c) { return C::template swz<C::ROWS>(r, c); });
 
-    // ---- KV loader. Per pass of a tile, each warp copies 32 / CPT token rows (lane / CPT picks
-    // the row, lane % CPT its 16-byte chunk column). A row's address chain (range seek, page id,
-    // mask word) runs once, in one lane of the warp, and reaches the row's other lanes by a
-    // shuffle: lane i < WROWS computes the warp's i-th row of the tile. Offsets are in elements
-    // from pointers at this thread's head and 16-byte chunk column.
-    const int64_t head_off = kv_head * p.head_stride + (tid % CPT) * 8;
+    // ---- KV loader. Per pass of a tile, each warp copies 32 / LCPT token rows (lane / LCPT picks
+    // the row, lane % LCPT its 16-byte column: 8 dtype or 16 fp8 elements). A row's address chain
+    // (range seek, page id, mask word) runs once, in one lane of the warp, and reaches the row's
+    // other lanes by a shuffle: lane i < WROWS computes the warp's i-th row of the tile. Offsets
+    // are in elements from pointers at this thread's head and 16-byte column.
+    constexpr int LCPT = C::KV8 ? HD / 16 : CPT;  // 16-byte columns of a K/V row
+    constexpr int LRPP = C::THREADS / LCPT;       // rows one loader pass covers
+    static_assert(C::THREADS % LCPT == 0 && BN % LRPP == 0, "loader passes");
+    const int lc = tid % LCPT;
+    const int64_t head_off = kv_head * p.head_stride + lc * (16 / sizeof(KvT));
     const KvT* gk = static_cast<const KvT*>(p.k) + head_off;
     const KvT* gv = static_cast<const KvT*>(p.v) + head_off;
-    constexpr int RPW = 32 / CPT;                  // rows per warp per pass
-    constexpr int PASSES = BN / C::ROWS_PER_PASS;  // passes per tile
-    constexpr int WROWS = PASSES * RPW;            // rows per warp per tile
-    static_assert(32 % CPT == 0 && WROWS <= 32, "one lane per row of the warp's tile share");
-    const int lane_row = (lane / RPW) * C::ROWS_PER_PASS + warp * RPW + lane % RPW;
+    constexpr int RPW = 32 / LCPT;       // rows per warp per pass
+    constexpr int PASSES = BN / LRPP;    // passes per tile
+    constexpr int WROWS = PASSES * RPW;  // rows per warp per tile
+    static_assert(32 % LCPT == 0 && WROWS <= 32, "one lane per row of the warp's tile share");
+    const int lane_row = (lane / RPW) * LRPP + warp * RPW + lane % RPW;
     RangeCursor cursor;
     cursor.init(p.ranges + item.range_begin, item.num_ranges);
     const int num_tiles = (item.kv_tokens + BN - 1) / BN;
@@ -231,17 +236,16 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
           sMask[stage * BN + lane_row] =
               raw < item.kv_tokens ? p.masks[item.mask_begin + cursor.idx] : 0ull;
       }
-      const int c = tid % CPT;
 #pragma unroll
       for (int k = 0; k < PASSES; ++k) {
-        const long long off = __shfl_sync(0xffffffffu, row_off, k * RPW + lane / CPT);
-        const int j = k * C::ROWS_PER_PASS + tid / CPT;
-        if constexpr (C::KV8) {
-          cp_async8(sK + j * HD + 8 * c, gk + off, 8);
-          cp_async8(sV + j * HD + 8 * c, gv + off, 8);
+        const long long off = __shfl_sync(0xffffffffu, row_off, k * RPW + lane / LCPT);
+        const int j = k * LRPP + tid / LCPT;
+        if constexpr (C::KV8) {  // rows of HD bytes, unswizzled
+          cp_async16(sK + j * HD + 16 * lc, gk + off);
+          cp_async16(sV + j * HD + 16 * lc, gv + off);
         } else {
-          cp_async16(sK + C::template swz<BN>(j, c), gk + off);
-          cp_async16(sV + C::template swz<BN>(j, c), gv + off);
+          cp_async16(sK + C::template swz<BN>(j, lc), gk + off);
+          cp_async16(sV + C::template swz<BN>(j, lc), gv + off);
         }
       }
     };
@@ -301,25 +305,44 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
           __syncthreads();  // sQ aliases the stage the next prefetch overwrites
         }
       }
-      if constexpr (C::KV8) {
-        // The tile's fp8 stage -> the dtype tile (every MMA of the last tile has read it: the
-        // barrier above); then a barrier before the MMAs read it.
-        const uint32_t s8 = s_base + C::KV8_OFF + stage * C::STAGE8_BYTES;
-#pragma unroll
-        for (int idx = tid; idx < 2 * BN * CPT; idx += C::THREADS) {
-          const int kv = idx / (BN * CPT), rc = idx - kv * (BN * CPT);
-          const int j = rc / CPT, c = rc - j * CPT;
-          const uint2 x = ld_shared_u2(s8 + kv * C::TILE8_BYTES + j * HD + 8 * c);
-          st_shared_u4(s_base + kv * C::TILE_BYTES + C::template swz<BN>(j, c),
-                       fp8x8_to_dtype<Traits, kKv>(x));
-        }
-        if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
-        __syncthreads();
-      }
       {
+        // the stage this overwrites was converted (fp8) or read (dtype) before the barrier above
         const int next = tile + C::STAGES - 1;
         if (next < num_tiles) load_tile(next, next % C::STAGES);
         cp_async_commit();
+      }
+      if constexpr (C::KV8) {
+        // The tile's fp8 stage -> the dtype tile, in 16-byte units (16 fp8 elements -> two dtype
+        // chunks). With one warp along the rows (kM16) each warp converts the token slice only it
+        // reads, and a warp barrier orders that; otherwise the CTA converts the whole tile and
+        // waits at a CTA barrier. Either way the previous tile's MMAs on the dtype tile are done:
+        // the barrier at the top of the loop, or the warp's own program order.
+        constexpr bool kWarpLocal = C::WM == 1;
+        constexpr int U = HD / 16;  // units of a K/V row
+        constexpr int UNITS = (kWarpLocal ? BNW : BN) * U;
+        const int first_row = kWarpLocal ? wn * BNW : 0;
+        const int t0 = kWarpLocal ? lane : tid;
+        constexpr int STEP = kWarpLocal ? 32 : C::THREADS;
+        static_assert(UNITS % STEP == 0, "whole conversion passes");
+        const uint32_t s8 = s_base + C::KV8_OFF + stage * C::STAGE8_BYTES;
+#pragma unroll
+        for (int kv = 0; kv < 2; ++kv) {
+#pragma unroll
+          for (int u = t0; u < UNITS; u += STEP) {
+            const int j = first_row + u / U, c8 = u % U;
+            const uint4 x = ld_shared_u4(s8 + kv * C::TILE8_BYTES + j * HD + 16 * c8);
+            const uint32_t dst = s_base + kv * C::TILE_BYTES;
+            st_shared_u4(dst + C::template swz<BN>(j, 2 * c8),
+                         fp8x8_to_dtype<Traits, kKv>(make_uint2(x.x, x.y)));
+            st_shared_u4(dst + C::template swz<BN>(j, 2 * c8 + 1),
+                         fp8x8_to_dtype<Traits, kKv>(make_uint2(x.z, x.w)));
+          }
+        }
+        if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
+        if constexpr (kWarpLocal)
+          __syncwarp();
+        else
+          __syncthreads();
       }
       if (!mma_active) continue;
 
@@ -470,7 +493,7 @@ constexpr int kMergeThreads = 256;
 /// depend on each other, so they overlap (bench/NOTES.md, "v3 (lead, end of session)", has the
 /// fold this replaced). Empty partials
 /// (lse = -inf) get weight 0 and are never read; a query whose partials are all empty gets the
-/// empty state (o = 0, lse = -inf), never NaN.
+/// empty state (o = 0, lse = -inf), never NaN; a NaN LSE (a NaN in K) gives o = lse = NaN.
 template <DType kDType, int kHeadDim>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const KernelParams p) {
   using Traits = DTypeTraits<kDType>;
@@ -489,9 +512,14 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Kerne
   for (int idx = threadIdx.x; idx < pairs; idx += kMergeThreads) {
     const int head = idx / CPT, c = idx - head * CPT;
     float m = -INFINITY;
+    bool nan = false;  // a NaN partial (a NaN in K) makes the query's output NaN
 #pragma unroll 4
-    for (int i = begin; i < end; ++i)
-      m = fmaxf(m, p.partial_lse[static_cast<int64_t>(p.merge_slots[i]) * p.num_qo_heads + head]);
+    for (int i = begin; i < end; ++i) {
+      const float x = p.partial_lse[static_cast<int64_t>(p.merge_slots[i]) * p.num_qo_heads + head];
+      m = fmaxf(m, x);
+      nan |= x != x;
+    }
+    if (nan) m = NAN;
     float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     float lse = -INFINITY;
     if (m != -INFINITY) {

@@ -191,7 +191,8 @@ __device__ __forceinline__ void stage_warp_state(float* o_rows, float* m_rows, f
 /// sO[(w * ROWS + pr) * PITCH], sM[w * ROWS + pr], sL[w * ROWS + pr]): the states are merged in
 /// order w = 0, 1, ... (deterministic), normalized, and written as the final output (dtype +
 /// natural-log LSE) or the row's fp32 partial slot. One thread per (packed row, 8-element chunk),
-/// threads `tid` of `nthreads`; a row whose states saw nothing gets o = 0 and lse = -inf. The
+/// threads `tid` of `nthreads`; a row whose states saw nothing gets o = 0 and lse = -inf, a row
+/// whose scores held a NaN gets NaN. The
 /// merged O is multiplied by `o_scale` (an fp8 cache's V scale; 1 otherwise).
 template <class Traits, int HD, int NS, int ROWS, int PITCH>
 __device__ __forceinline__ void write_staged_rows(const KernelParams& p, const DeviceItem& item,
@@ -217,7 +218,8 @@ __device__ __forceinline__ void write_staged_rows(const KernelParams& p, const D
         wgt[w] = fast_exp2(sM[w * ROWS + pr] - m_max);
         l_tot += wgt[w] * sL[w * ROWS + pr];
       }
-      if (l_tot > 0.f) {
+      // l_tot is NaN when a score was (a NaN in K): the row's output and LSE become NaN
+      if (l_tot > 0.f || l_tot != l_tot) {
         const float inv = o_scale / l_tot;
 #pragma unroll
         for (int w = 0; w < NS; ++w) {

@@ -28,10 +28,12 @@ __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, int src
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
 }
-/// 8-byte shared load and 16-byte shared store at shared-window addresses.
-__device__ __forceinline__ uint2 ld_shared_u2(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+/// 16-byte shared load and store at shared-window addresses.
+__device__ __forceinline__ uint4 ld_shared_u4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
   return v;
 }
 __device__ __forceinline__ void st_shared_u4(uint32_t addr, uint4 v) {

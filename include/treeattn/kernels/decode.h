@@ -9,8 +9,8 @@
 // which covers K/V each [num_pages, page_size, kv_heads, head_dim] (page_stride = P*H*D,
 // slot_stride = H*D, head_stride = D) and the combined [num_pages, 2, page_size, kv_heads,
 // head_dim] layout of vLLM/FlashInfer (v = k + P*H*D, page_stride = 2*P*H*D). head_dim is
-// contiguous and every stride is a multiple of 8 elements (16-byte loads of fp16/bf16, 8-byte
-// loads of an fp8 cache: DecodeArgs::kv_dtype).
+// contiguous and every stride is a multiple of 8 elements (16-byte loads), of 16 for the K/V
+// strides of an fp8 cache (DecodeArgs::kv_dtype; 16-byte loads of 16 elements).
 #pragma once
 
 #include <cstdint>
