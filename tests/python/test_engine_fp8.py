@@ -184,6 +184,11 @@ def test_flashinfer_backend_fp8(tiny, monkeypatch, graphs):
                  cuda_graphs=graphs, k_scale=0.5, v_scale=2.0)
     assert E4M3 in _FakeFp8Decode.planned and torch.float32 in _FakeFp8Decode.planned
     assert d["kl_max"] < 0.1 and d["greedy_agreement"] >= 0.5
+    # against the sdpa reference on the same fp8 cache: the same attention
+    same = kv_drift(tiny, "W4", SIZES["W4"], "flashinfer", "fp8_e4m3", ref_kv_dtype="fp8_e4m3",
+                    ref_backend="sdpa", page_size=4, cuda_graphs=graphs, k_scale=0.5,
+                    v_scale=2.0)
+    assert same["kl_max"] < 1e-6 and same["greedy_agreement"] == 1.0
 
 
 # ---- treeattn backend in fp8 (where the fp8 API and its CPU executor exist)

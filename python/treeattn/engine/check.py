@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 import torch
 
 from . import workloads
-from ._checks import int_arg
+from ._checks import int_arg, is_fp8, kv_dtype_arg
 from .engine import Engine, Recorder
 from .model import Model
 
@@ -84,9 +84,11 @@ def teacher_forced_kl(model: Model, workload: str, params: dict, backend: str,
 def kv_drift(model: Model, workload: str, params: dict, backend: str, kv_dtype,
              ref_kv_dtype=None, page_size: int = 16, seed: int = 0,
              cuda_graphs: Optional[bool] = None, max_steps: int = 0, k_scale=1.0,
-             v_scale=1.0, temperature: float = 0.8) -> Dict[str, float]:
+             v_scale=1.0, temperature: float = 0.8,
+             ref_backend: Optional[str] = None) -> Dict[str, float]:
     """Logits drift of a `kv_dtype` KV cache (e.g. 'fp8_e4m3') against a `ref_kv_dtype` one
-    (default: the model's dtype) on the same backend and model, teacher-forced: the reference
+    (default: the model's dtype) on the same backend (or `ref_backend`: e.g. the sdpa reference
+    on the same fp8 cache) and model, teacher-forced: the reference
     run records its decisions (sampled tokens) and logits, the kv_dtype run replays the
     decisions, so both see the same token streams and every logits row pairs with one.
 
@@ -102,13 +104,13 @@ def kv_drift(model: Model, workload: str, params: dict, backend: str, kv_dtype,
     mt = workloads.max_tokens(workload, params)
     ms = workloads.max_seqs(workload, params)
 
-    def engine(kv):
-        return Engine(model, backend, page_size=page_size, max_tokens=mt, max_seqs=ms,
-                      cuda_graphs=cuda_graphs, seed=seed, kv_dtype=kv, k_scale=k_scale,
-                      v_scale=v_scale)
+    def engine(b, kv):
+        fp8 = is_fp8(kv_dtype_arg("kv_dtype", kv, model.dtype))  # (scales are fp8's)
+        return Engine(model, b, page_size=page_size, max_tokens=mt, max_seqs=ms,
+                      cuda_graphs=cuda_graphs, seed=seed, kv_dtype=kv,
+                      k_scale=k_scale if fp8 else 1.0, v_scale=v_scale if fp8 else 1.0)
 
-    ref = Engine(model, backend, page_size=page_size, max_tokens=mt, max_seqs=ms,
-                 cuda_graphs=cuda_graphs, seed=seed, kv_dtype=ref_kv_dtype)
+    ref = engine(ref_backend or backend, ref_kv_dtype)
     ref.recorder = Recorder()
     logged: List[torch.Tensor] = []
     # (graph runs hand out their output buffer: keep a copy)
@@ -118,7 +120,7 @@ def kv_drift(model: Model, workload: str, params: dict, backend: str, kv_dtype,
     ref.cache.check()
     ref_rec = ref.recorder
     del ref
-    eng = engine(kv_dtype)
+    eng = engine(backend, kv_dtype)
     eng.recorder = ref_rec.replay()
     acc = {"calls": 0, "rows": 0, "elems": 0, "max_abs_diff": 0.0, "sum_abs": 0.0,
            "ref_sum_abs": 0.0, "agree": 0, "kl_max": 0.0, "kl_sum": 0.0}
