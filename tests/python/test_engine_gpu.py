@@ -100,8 +100,8 @@ def _fp8_skip(backend, kv="fp8_e4m3"):
         pytest.skip(why)
 
 
-@pytest.mark.parametrize("wl", ["W1", "W3", "W4", "W6"])
-@pytest.mark.parametrize("kv", ["fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("wl,kv", [("W1", "fp8_e4m3"), ("W4", "fp8_e4m3"), ("W6", "fp8_e4m3"),
+                                   ("W3", "fp8_e5m2")])
 @pytest.mark.parametrize("backend", ["treeattn", "treeattn-query", "flashinfer"])
 def test_fp8_backend_matches_sdpa_on_the_same_cache(model, wl, kv, backend):
     """Same fp8 cache (the same quantized values), CUDA graphs: the backend against sdpa's
