@@ -40,7 +40,10 @@ treeattn.built_with_cuda, "fp8 api", "kv_dtype" in inspect.signature(treeattn.pl
 # ---- FlashInfer (prebuilt fp8 modules when peers/wheels-fp8 is here)
 WHEELS=peers/wheels
 ls peers/wheels-fp8/*.whl >/dev/null 2>&1 && WHEELS=peers/wheels-fp8
-if ! "$PY" -c 'import flashinfer' 2>/dev/null && ls $WHEELS/*.whl >/dev/null 2>&1; then
+if [ $WHEELS = peers/wheels-fp8 ]; then  # over any FlashInfer without the prebuilt modules
+  "$PY" -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site \
+    $WHEELS/*.whl
+elif ! "$PY" -c 'import flashinfer' 2>/dev/null && ls $WHEELS/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHEELS/*.whl
 fi
 note "flashinfer: $("$PY" -c 'import flashinfer; print(flashinfer.__version__)' 2>&1 | tail -n 1) from $WHEELS"
