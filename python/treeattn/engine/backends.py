@@ -336,12 +336,18 @@ def treeattn_has_fp8() -> bool:
         return False
 
 
-def kv_support(name: str, kv_dtype) -> Optional[str]:
-    """None when backend `name` can run a KV cache of `kv_dtype`, else why not (fp8 on a
-    treeattn without the fp8 API)."""
-    if is_fp8(kv_dtype) and name.startswith("treeattn") and not treeattn_has_fp8():
+def kv_support(name: str, kv_dtype, dtype=None) -> Optional[str]:
+    """None when backend `name` can run a KV cache of `kv_dtype` for a model in `dtype`, else
+    why not (fp8 on a treeattn without the fp8 API, or with float32 queries: treeattn's fp8 path
+    takes float16 / bfloat16 ones)."""
+    if not is_fp8(kv_dtype) or not name.startswith("treeattn"):
+        return None
+    if not treeattn_has_fp8():
         return (f"{fp8_name(kv_dtype)} KV cache: this treeattn has no fp8 API "
                 f"(treeattn.plan(kv_dtype=...), decode(k_scale=, v_scale=)); backend {name!r}")
+    if dtype is not None and dtype not in (torch.float16, torch.bfloat16):
+        return (f"{fp8_name(kv_dtype)} KV cache with backend {name!r} needs a float16 or "
+                f"bfloat16 model (queries), got {dtype}")
     return None
 
 

@@ -490,7 +490,8 @@ def cmd_bench(args) -> int:
 
     def why_not(b: str, kv: str) -> Optional[str]:
         """Why backend b with KV dtype kv does not run now (None: it runs)."""
-        why = available(b, dev) or kv_support(b, kv_dtype_arg("kv_dtype", kv, dtype))
+        why = available(b, dev) or kv_support(b, kv_dtype_arg("kv_dtype", kv, dtype),
+                                              None if args.dry_run else dtype)
         if why is None and args.time_budget and time.time() - t_start > args.time_budget:
             why = f"skipped: time budget {args.time_budget}s spent"
         return why

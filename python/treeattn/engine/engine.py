@@ -109,7 +109,7 @@ class Engine:
         why = available(backend, self.device) if self.device.type == "cuda" else None
         if why:
             raise ValueError(f"backend: {backend!r} cannot run here: {why}")
-        why = kv_support(backend, self.kv_dtype)
+        why = kv_support(backend, self.kv_dtype, None if dry_run else self.dtype)
         if why:
             raise ValueError(f"kv_dtype: {why}")
         backend_obj = make_backend(backend, c.num_heads, c.num_kv_heads, c.head_dim, self.dtype,
