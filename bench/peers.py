@@ -437,7 +437,8 @@ def _fp8_markdown(recs, summary, first, hbm, tc, args, skipped):
         a, b = u.get("treeattn fp16"), u.get("treeattn fp8")
         best = r.get("fi_best_us")
         fi = (f"{best:.1f} ({r['fi_best'].split()[-2]} cores)" if best else
-              "; ".join(str(u.get(_fi_name(c), "")) for c in (False, True)))
+              "; ".join(str(u[_fi_name(c)]) for c in (False, True) if _fi_name(c) in u)
+              or "not run")
         both = isinstance(a, float) and isinstance(b, float)
         L.append(f"| {r['workload']} | {r['set']} | {r['heads']} | {r['queries']} | {fl:.1f} | "
                  f"{r['floor_fp16_us']:.1f} | {cell(a, fl)} | {cell(b, fl)} | {fi} | "
