@@ -84,6 +84,63 @@ def dtype_arg(name: str, dtype: Any) -> torch.dtype:
     return dtype
 
 
+#: fp8 KV cache types by name (``--kv-dtype``): one byte per element, dequantized as scale x
+#: value with a float32 scale per layer for K and one for V (the vLLM convention). "fp8" is e4m3,
+#: as in vLLM's ``--kv-cache-dtype fp8``.
+FP8_KV_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2,
+                 "fp8": torch.float8_e4m3fn}
+#: KV dtype names that mean "the model's dtype".
+SAME_KV_DTYPES = ("auto", "model")
+_KV_NAMES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+             "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
+
+
+def is_fp8(dtype: Any) -> bool:
+    """Whether `dtype` (a torch dtype) is one of the fp8 KV types."""
+    return dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def fp8_name(dtype: torch.dtype) -> str:
+    """'fp8_e4m3' or 'fp8_e5m2' (treeattn's names) for an fp8 torch dtype."""
+    return "fp8_e4m3" if dtype == torch.float8_e4m3fn else "fp8_e5m2"
+
+
+def kv_dtype_arg(name: str, value: Any, model_dtype: torch.dtype) -> torch.dtype:
+    """The KV cache's element type: None, 'auto' or 'model' = the model's dtype; 'fp8_e4m3'
+    ('fp8'), 'fp8_e5m2'; 'bf16' / 'fp16' / 'fp32' (or their torch names); or a torch dtype
+    (a floating one, fp8 included)."""
+    if value is None or (isinstance(value, str) and value in SAME_KV_DTYPES):
+        return model_dtype
+    if isinstance(value, torch.dtype):
+        if is_fp8(value) or value.is_floating_point:
+            return value
+        raise ValueError(f"{name}: expected a floating or fp8 dtype, got {value}")
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a KV dtype name such as 'fp8_e4m3' or a torch dtype, "
+                        f"got {type(value).__name__}")
+    dt = FP8_KV_DTYPES.get(value, _KV_NAMES.get(value))
+    if dt is None:
+        names = sorted(FP8_KV_DTYPES) + list(SAME_KV_DTYPES) + sorted(_KV_NAMES)
+        raise ValueError(f"{name}: unknown KV dtype {value!r}, expected one of {names}")
+    return dt
+
+
+def kv_scale_arg(name: str, value: Any, num_layers: int) -> List[float]:
+    """Per-layer fp8 scales: one number for every layer, or a sequence of num_layers numbers;
+    each finite and > 0."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return [real_arg(name, value, 0.0, lo_open=True)] * num_layers
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"{name}: expected a number or one number per layer, got "
+                        f"{type(value).__name__}")
+    if torch.is_tensor(value):
+        value = value.detach().cpu().tolist()
+    if len(value) != num_layers:
+        raise ValueError(f"{name}: expected one scale per layer ({num_layers}), got "
+                         f"{len(value)}")
+    return [real_arg(f"{name}[{i}]", v, 0.0, lo_open=True) for i, v in enumerate(value)]
+
+
 def device_arg(name: str, device: Any) -> torch.device:
     """A torch device (or its name) that exists here."""
     if not isinstance(device, (str, torch.device)):

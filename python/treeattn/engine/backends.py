@@ -13,10 +13,19 @@ return False when that state had to be rebuilt (capacity exceeded: the engine re
 * ``flashinfer``      BatchDecodeWithPagedKVCacheWrapper over the same pages (GPU only).
 * ``sdpa``            K/V gathered per row into a dense padded tensor + torch SDPA (reference).
 * ``none``            no attention (returns q): the upper bound of what attention can cost.
+
+fp8 KV caches (the engine's ``kv_dtype`` 'fp8_e4m3' / 'fp8_e5m2'): every backend runs them.
+treeattn plans with ``treeattn.plan(..., kv_dtype=...)`` and passes the layer's device scales
+(one-element float32 views) to decode; FlashInfer plans with ``kv_data_type`` = the cache dtype
+and takes the layer's scales as host floats in ``run()`` (it folds k_scale into the softmax
+scale on the host and multiplies the output by v_scale): the engine's scales are fixed per layer,
+so its CUDA graphs stay valid; sdpa dequantizes what it gathers (scale x value in the model's
+dtype).
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 from dataclasses import dataclass
@@ -28,6 +37,8 @@ import torch.nn.functional as F
 
 import treeattn
 from treeattn.serving import ServingCore
+
+from ._checks import fp8_name, is_fp8
 
 
 @dataclass
@@ -49,10 +60,22 @@ class Backend:
     name = "?"
 
     def __init__(self, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype,
-                 device: torch.device):
+                 device: torch.device, kv_dtype=None):
         self.H, self.Hk, self.D = num_qo_heads, num_kv_heads, head_dim
         self.dtype, self.device = dtype, device
+        self.kv_dtype = dtype if kv_dtype is None else kv_dtype
+        self.fp8 = is_fp8(self.kv_dtype)
         self.scale = 1.0 / math.sqrt(head_dim)
+        # fp8: per-layer scales (device tensors [layers], host floats), from use_scales()
+        self.k_scale = self.v_scale = None
+        self.k_scale_host: List[float] = []
+        self.v_scale_host: List[float] = []
+
+    def use_scales(self, cache) -> None:
+        """Takes the KV cache's per-layer fp8 scales (kv.KVCache.k_scale / v_scale and their
+        host copies); called by the engine once the cache exists."""
+        self.k_scale, self.v_scale = cache.k_scale, cache.v_scale
+        self.k_scale_host, self.v_scale_host = cache.k_scale_host, cache.v_scale_host
 
     def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
         raise NotImplementedError
@@ -102,11 +125,14 @@ class TreeAttnBackend(Backend):
 
     def prepare(self, meta: StepMeta, key: Optional[int] = None) -> bool:
         if self.core is None:
+            if self.fp8:
+                kv = fp8_name(self.kv_dtype)
+            else:
+                kv = "float16" if self.kv_dtype == torch.float32 else str(self.kv_dtype)
             self.core = ServingCore(
                 self.H, self.Hk, self.D, meta.page_size, num_pages=meta.num_pages,
                 device=self.device, planner=self.planner, preset=_cuda_preset(self.device),
-                kv_dtype="float16" if self.dtype == torch.float32 else str(self.dtype),
-                headroom=self.headroom)
+                kv_dtype=kv, headroom=self.headroom)
         self.core.sync.verify = VERIFY_TREE
         if self._predicted(meta):
             done = self.core.prepare_predicted(key)
@@ -152,6 +178,9 @@ class TreeAttnBackend(Backend):
             self.core.prefetch()  # (every step reshapes the batch, e.g. beams: no use trying)
 
     def attend(self, layer, q, kc, vc):
+        if self.fp8:
+            return self.core.decode(q, kc, vc, k_scale=self.k_scale[layer:layer + 1],
+                                    v_scale=self.v_scale[layer:layer + 1])
         return self.core.decode(q, kc, vc)
 
 
@@ -197,8 +226,14 @@ class SdpaBackend(Backend):
         mask = pos[None, :] < b["lens"][:, None]  # [T, L]
         kf = kc.reshape(-1, self.Hk, self.D)
         vf = vc.reshape(-1, self.Hk, self.D)
-        k = kf[idx].transpose(1, 2)  # [T, Hk, L, D]
-        v = vf[idx].transpose(1, 2)
+        if self.fp8:  # gather the bytes, dequantize: scale x value in q's dtype
+            k = kf.view(torch.uint8)[idx].view(kc.dtype).float() * self.k_scale[layer]
+            v = vf.view(torch.uint8)[idx].view(vc.dtype).float() * self.v_scale[layer]
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        else:
+            k, v = kf[idx], vf[idx]
+        k = k.transpose(1, 2)  # [T, Hk, L, D]
+        v = v.transpose(1, 2)
         g = self.H // self.Hk
         k = k.repeat_interleave(g, dim=1) if g > 1 else k
         v = v.repeat_interleave(g, dim=1) if g > 1 else v
@@ -251,11 +286,14 @@ class FlashInferBackend(Backend):
             ok = False
         w[0].plan(torch.from_numpy(indptr).to(dev), torch.from_numpy(indices).to(dev),
                   torch.from_numpy(last).to(dev), self.H, self.Hk, self.D, P,
-                  pos_encoding_mode="NONE", q_data_type=self.dtype, kv_data_type=self.dtype)
+                  pos_encoding_mode="NONE", q_data_type=self.dtype, kv_data_type=self.kv_dtype)
         self.cur = w[0]
         return ok
 
     def attend(self, layer, q, kc, vc):
+        if self.fp8:  # host scales (FlashInfer's run() takes floats; fixed per layer here)
+            return self.cur.run(q, (kc, vc), k_scale=self.k_scale_host[layer],
+                                v_scale=self.v_scale_host[layer])
         return self.cur.run(q, (kc, vc))
 
 
@@ -288,6 +326,31 @@ def available(name: str, device: torch.device) -> Optional[str]:
     return None
 
 
+def treeattn_has_fp8() -> bool:
+    """Whether this treeattn's Python API takes fp8 KV caches (plan(kv_dtype=...) and decode's
+    k_scale / v_scale)."""
+    try:
+        return ("kv_dtype" in inspect.signature(treeattn.plan).parameters
+                and "k_scale" in inspect.signature(treeattn.decode).parameters)
+    except (TypeError, ValueError):
+        return False
+
+
+def kv_support(name: str, kv_dtype, dtype=None) -> Optional[str]:
+    """None when backend `name` can run a KV cache of `kv_dtype` for a model in `dtype`, else
+    why not (fp8 on a treeattn without the fp8 API, or with float32 queries: treeattn's fp8 path
+    takes float16 / bfloat16 ones)."""
+    if not is_fp8(kv_dtype) or not name.startswith("treeattn"):
+        return None
+    if not treeattn_has_fp8():
+        return (f"{fp8_name(kv_dtype)} KV cache: this treeattn has no fp8 API "
+                f"(treeattn.plan(kv_dtype=...), decode(k_scale=, v_scale=)); backend {name!r}")
+    if dtype is not None and dtype not in (torch.float16, torch.bfloat16):
+        return (f"{fp8_name(kv_dtype)} KV cache with backend {name!r} needs a float16 or "
+                f"bfloat16 model (queries), got {dtype}")
+    return None
+
+
 def check_name(name: str) -> str:
     """A backend name: one of BACKENDS, or 'treeattn-<planner>' for any treeattn planner."""
     if not isinstance(name, str):
@@ -300,12 +363,12 @@ def check_name(name: str) -> str:
 
 
 def make_backend(name: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype,
-                 device) -> Backend:
-    """The backend `name` (see check_name)."""
+                 device, kv_dtype=None) -> Backend:
+    """The backend `name` (see check_name); kv_dtype: the KV cache's dtype (default dtype)."""
     check_name(name)
     device = torch.device(device)
     args = (num_qo_heads, num_kv_heads, head_dim)
-    kw = {"dtype": dtype, "device": device}
+    kw = {"dtype": dtype, "device": device, "kv_dtype": kv_dtype}
     if name == "treeattn":
         return TreeAttnBackend(*args, planner="auto", **kw)
     if name.startswith("treeattn-"):

@@ -7,6 +7,13 @@ TPOT p50/p99 (per step; W6: step time over tokens emitted per request), attentio
 plan -> upload), and the share of the step it takes. The ``none`` backend (attention skipped)
 gives the upper bound.
 
+KV cache dtypes (``--kv-dtype auto,fp8_e4m3``): every (workload, backend) runs once per KV dtype
+('auto' = the model's dtype; fp8 caches quantize on write with per-layer scales ``--kv-scale``,
+default 1.0). ``--drift`` adds, per workload, backend and fp8 KV dtype, the logits drift against
+the model-dtype KV cache on the same backend (teacher-forced, ``--drift-steps`` decode steps):
+max and mean absolute logit difference and the greedy-token agreement rate
+(``check.kv_drift``).
+
 Every flag is checked before anything runs (argparse's error naming the flag, exit code 2):
 numbers strictly (digits, no sign or spaces, in range), workload and size names against
 ``workloads.PARAMS``, backends, presets, devices, and output files (never the same file as an
@@ -128,6 +135,29 @@ def _backends_flag(text: str) -> List[str]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _kv_dtypes_flag(text: str) -> List[str]:
+    """'auto,fp8_e4m3' -> the names, each checked by the engine's kv_dtype check."""
+    import torch
+
+    from ._checks import kv_dtype_arg
+
+    names = text.split(",")
+    for n in names:
+        try:
+            kv_dtype_arg("kv_dtype", n, torch.bfloat16)
+        except (TypeError, ValueError) as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"kv_dtype: a KV dtype is named twice in {text!r}")
+    return names
+
+
+def _is_fp8_flag(name: str) -> bool:
+    from ._checks import FP8_KV_DTYPES
+
+    return name in FP8_KV_DTYPES
+
+
 def _model_flag(text: str) -> str:
     from .model import PRESETS
 
@@ -229,7 +259,8 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def bench_one(model, workload: str, params: dict, backend: str, args) -> dict:
+def bench_one(model, workload: str, params: dict, backend: str, args,
+              kv_dtype: str = "auto") -> dict:
     import torch
 
     from . import workloads
@@ -238,10 +269,12 @@ def bench_one(model, workload: str, params: dict, backend: str, args) -> dict:
 
     mt = workloads.max_tokens(workload, params)
     dry = isinstance(model, ModelConfig)
+    scale = args.kv_scale if _is_fp8_flag(kv_dtype) else 1.0  # (scales are fp8's)
     eng = Engine(model, backend, page_size=args.page_size, max_tokens=mt,
                  max_seqs=workloads.max_seqs(workload, params),
                  cuda_graphs=(not args.no_graphs and not dry and model.device.type == "cuda"),
-                 seed=args.seed, time_attention_every=args.attn_every, dry_run=dry)
+                 seed=args.seed, time_attention_every=args.attn_every, dry_run=dry,
+                 kv_dtype=kv_dtype, k_scale=scale, v_scale=scale)
     max_steps = args.sdpa_steps if backend == "sdpa" and args.sdpa_steps else 0
     prog = Progress(f"{workload} {backend}", not args.no_progress)
     t0 = time.perf_counter()
@@ -261,7 +294,7 @@ def bench_one(model, workload: str, params: dict, backend: str, args) -> dict:
     toks = sum(res.step_tokens[i] for i in keep)
     dec_s = sum(step_ms) / 1e3
     rec = {
-        "workload": workload, "backend": backend, "params": params,
+        "workload": workload, "backend": backend, "kv_dtype": kv_dtype, "params": params,
         "cuda_graphs": eng.cuda_graphs and not dry,
         "steps": len(steps), "timed_steps": len(st), "tokens": res.tokens,
         "decode_tok_s": toks / dec_s if dec_s > 0 else float("nan"),
@@ -326,26 +359,60 @@ def plan_cost_probe(args) -> dict:
             "append_tokens_ms": incr, "append_tokens_bulk_ms": bulk, "plan_auto_ms": plan_ms}
 
 
+def drift_one(model, workload: str, params: dict, backend: str, kv_dtype: str, args) -> dict:
+    """The logits drift of a kv_dtype KV cache against the model-dtype one (check.kv_drift)."""
+    from .check import kv_drift
+
+    t0 = time.perf_counter()
+    d = kv_drift(model, workload, params, backend, kv_dtype, page_size=args.page_size,
+                 seed=args.seed, cuda_graphs=(not args.no_graphs
+                                              and model.device.type == "cuda"),
+                 max_steps=args.drift_steps, k_scale=args.kv_scale, v_scale=args.kv_scale,
+                 temperature=args.temperature)
+    return dict(d, workload=workload, backend=backend, kv_dtype=kv_dtype,
+                ref_kv_dtype="auto", steps=args.drift_steps, wall_s=time.perf_counter() - t0)
+
+
+def _markdown(hdr, rows) -> str:
+    """A markdown table: header cells, then rows of cells (an error row: fewer cells)."""
+    lines = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _error_cells(r: dict) -> List[str]:
+    return [r["workload"], r["backend"], r.get("kv_dtype", "auto"), r["error"][:60]]
+
+
+def drift_table(drifts: List[dict]) -> str:
+    hdr = ("workload", "backend", "kv", "vs", "logits calls", "rows", "max abs diff",
+           "mean abs diff", "mean abs logit", "greedy agree", "KL max")
+    return _markdown(hdr, [_error_cells(d) if d.get("error") else [
+        d["workload"], d["backend"], d["kv_dtype"], d["ref_kv_dtype"], str(d["calls"]),
+        str(d["rows"]), f"{d['max_abs_diff']:.4g}", f"{d['mean_abs_diff']:.4g}",
+        f"{d['ref_mean_abs']:.4g}", f"{100 * d['greedy_agreement']:.2f}%",
+        f"{d['kl_max']:.3g}"] for d in drifts])
+
+
 def table(recs: List[dict]) -> str:
-    hdr = ("workload", "backend", "tok/s", "TPOT p50", "TPOT p99", "attn ms", "plan ms",
+    hdr = ("workload", "backend", "kv", "tok/s", "TPOT p50", "TPOT p99", "attn ms", "plan ms",
            "plan %", "rows", "vs best", "graphs")
     best = {}
     for r in recs:
         if r["backend"] != "none" and not r.get("error"):
             best[r["workload"]] = max(best.get(r["workload"], 0), r["decode_tok_s"])
-    lines = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+    rows = []
     for r in recs:
         if r.get("error"):
-            lines.append(f"| {r['workload']} | {r['backend']} | {r['error'][:60]} |")
+            rows.append(_error_cells(r))
             continue
         b = best.get(r["workload"])
-        lines.append("| " + " | ".join([
-            r["workload"], r["backend"], f"{r['decode_tok_s']:.0f}",
+        rows.append([
+            r["workload"], r["backend"], r.get("kv_dtype", "auto"), f"{r['decode_tok_s']:.0f}",
             f"{r['tpot_p50_ms']:.2f}", f"{r['tpot_p99_ms']:.2f}", f"{r['attn_ms_per_step']:.2f}",
             f"{r['plan_ms_per_step']:.2f}", f"{100 * r['plan_share']:.1f}",
             f"{r['rows_mean']:.0f}", f"{r['decode_tok_s'] / b:.2f}" if b else "-",
-            "yes" if r.get("cuda_graphs") else "no"]) + " |")
-    return "\n".join(lines)
+            "yes" if r.get("cuda_graphs") else "no"])
+    return _markdown(hdr, rows)
 
 
 def plot(recs: List[dict], path: str) -> None:
@@ -355,6 +422,8 @@ def plot(recs: List[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     recs = [r for r in recs if not r.get("error")]
+    if len({r.get("kv_dtype", "auto") for r in recs}) > 1:  # one bar per backend and KV dtype
+        recs = [dict(r, backend=f"{r['backend']} {r.get('kv_dtype', 'auto')}") for r in recs]
     wls = sorted({r["workload"] for r in recs})
     bks = [b for b in ["treeattn", "treeattn-query", "flashinfer", "sdpa", "none"]
            if any(r["backend"] == b for r in recs)]
@@ -385,7 +454,8 @@ def cmd_bench(args) -> int:
     import treeattn
 
     from . import workloads
-    from .backends import available
+    from ._checks import kv_dtype_arg
+    from .backends import available, kv_support
     from .model import Model, ModelConfig
 
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -405,7 +475,7 @@ def cmd_bench(args) -> int:
         model = Model.random(cfg, dtype=dtype, device=dev, seed=args.seed)
     scale = args.scale or ("gpu" if dev.type == "cuda" else "cpu")
     backends = args.backends
-    recs = []
+    recs, drifts = [], []
     t_start = time.time()
     cfg = model if isinstance(model, ModelConfig) else model.config
     cpu_name = platform.processor() or platform.machine() or "cpu"
@@ -417,32 +487,40 @@ def cmd_bench(args) -> int:
           f"scale {scale}, page {args.page_size}", file=sys.stderr)
     if warning:
         print(f"treeattn-engine bench: WARNING: {warning}", file=sys.stderr)
+
+    def why_not(b: str, kv: str) -> Optional[str]:
+        """Why backend b with KV dtype kv does not run now (None: it runs)."""
+        why = available(b, dev) or kv_support(b, kv_dtype_arg("kv_dtype", kv, dtype),
+                                              None if args.dry_run else dtype)
+        if why is None and args.time_budget and time.time() - t_start > args.time_budget:
+            why = f"skipped: time budget {args.time_budget}s spent"
+        return why
+
     for spec, wl, variant in args.workloads:  # "W1" or a variant "W1@n=16,prompt=1024"
         params = dict(workloads.PRESETS[scale][wl])
         params.update(variant)
         for swl, key, value in args.set or []:  # --set W1.n=32 (after the variant's sizes)
             if swl == wl:
                 params[key] = value
-        for b in backends:
-            why = available(b, dev)
-            if why is None and args.time_budget and time.time() - t_start > args.time_budget:
-                why = f"skipped: time budget {args.time_budget}s spent"
+        for b, kv in [(b, kv) for kv in args.kv_dtype for b in backends]:
+            why = why_not(b, kv)
             if why:
-                recs.append({"workload": spec, "backend": b, "error": why, "unavailable": True})
-                print(f"  {spec} {b}: {why}", file=sys.stderr)
+                recs.append({"workload": spec, "backend": b, "kv_dtype": kv, "error": why,
+                             "unavailable": True})
+                print(f"  {spec} {b} {kv}: {why}", file=sys.stderr)
                 continue
             try:
-                recs.append(dict(bench_one(model, wl, params, b, args), workload=spec))
+                recs.append(dict(bench_one(model, wl, params, b, args, kv), workload=spec))
             except Exception as e:  # noqa: BLE001 - one failing backend must not stop the run
                 import traceback
 
                 traceback.print_exc()
                 err = f"{type(e).__name__}: {e}"
-                rec = {"workload": spec, "backend": b, "error": err}
+                rec = {"workload": spec, "backend": b, "kv_dtype": kv, "error": err}
                 if dev.type == "cuda" and not args.no_graphs:  # once more, eagerly
                     try:
                         args.no_graphs = True
-                        rec = dict(bench_one(model, wl, params, b, args), workload=spec)
+                        rec = dict(bench_one(model, wl, params, b, args, kv), workload=spec)
                         rec["note"] = f"CUDA-graph run failed ({err[:200]}); eager decode"
                     except Exception as e2:  # noqa: BLE001
                         traceback.print_exc()
@@ -450,6 +528,23 @@ def cmd_bench(args) -> int:
                     finally:
                         args.no_graphs = False
                 recs.append(rec)
+        if args.drift and not args.dry_run:
+            for b, kv in [(b, kv) for kv in args.kv_dtype if _is_fp8_flag(kv)
+                          for b in backends if b != "none"]:
+                why = why_not(b, kv)
+                if why:
+                    drifts.append({"workload": spec, "backend": b, "kv_dtype": kv, "error": why,
+                                   "unavailable": True})
+                    continue
+                try:
+                    drifts.append(dict(drift_one(model, wl, params, b, kv, args),
+                                       workload=spec))
+                except Exception as e:  # noqa: BLE001 - reported, the run goes on
+                    import traceback
+
+                    traceback.print_exc()
+                    drifts.append({"workload": spec, "backend": b, "kv_dtype": kv,
+                                   "error": f"{type(e).__name__}: {e}"})
     probe = plan_cost_probe(args)
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name,
@@ -458,6 +553,7 @@ def cmd_bench(args) -> int:
            "model": (dict(vars(model), dry_run=True) if args.dry_run else model.describe()),
            "scale": scale, "page_size": args.page_size,
            "cuda_graphs": not args.no_graphs and dev.type == "cuda", "records": recs,
+           "kv_dtypes": args.kv_dtype, "kv_scale": args.kv_scale, "drift": drifts,
            "tree_update_probe": probe}
     if args.json:
         with open(args.json, "w") as f:
@@ -469,13 +565,18 @@ def cmd_bench(args) -> int:
             print(f"no PNG ({e}); run `treeattn-engine plot {args.json} {args.png}` where "
                   f"matplotlib is installed", file=sys.stderr)
     print(table(recs))
+    if drifts:
+        print(f"logits drift of the fp8 KV cache against {str(dtype)[6:]} KV (teacher-forced, "
+              f"{args.drift_steps or 'all'} decode steps):")
+        print(drift_table(drifts))
     print(f"tree per step (W1-like, host): from_block_tables {probe['from_block_tables_ms']:.3f} "
           f"ms, incremental append_tokens {probe['append_tokens_ms']:.3f} ms (bulk "
           f"{probe['append_tokens_bulk_ms']:.3f} ms), "
           f"plan(auto) {probe['plan_auto_ms']:.3f} ms")
     if warning:
         print(f"treeattn-engine bench: WARNING: {warning}", file=sys.stderr)
-    return 0 if all(not r.get("error") or r.get("unavailable") for r in recs) else 1
+    ok = all(not r.get("error") or r.get("unavailable") for r in recs + drifts)
+    return 0 if ok else 1
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -501,6 +602,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--set", action="append", type=_set_flag,
                    help="override a size, e.g. W1.n=32 (repeatable)")
     b.add_argument("--page-size", type=_int_flag(1, 256), default=16)
+    b.add_argument("--kv-dtype", type=_kv_dtypes_flag, default=["auto"],
+                   help="KV cache dtypes, comma separated: auto (the model's), fp8_e4m3 (fp8), "
+                        "fp8_e5m2; every run once per dtype")
+    b.add_argument("--kv-scale", type=_real_flag(), default=1.0,
+                   help="fp8 KV: the k and v scale of every layer (dequantized = scale x fp8 "
+                        "value; default 1.0, vLLM's without calibration)")
+    b.add_argument("--drift", action="store_true",
+                   help="per fp8 KV dtype and backend: logits drift against the model-dtype KV "
+                        "(teacher-forced; max/mean abs diff, greedy-token agreement)")
+    b.add_argument("--drift-steps", type=_int_flag(0, 1 << 31), default=32,
+                   help="decode steps of each --drift run (0: the whole workload)")
     b.add_argument("--temperature", type=_real_flag(), default=0.8)
     b.add_argument("--seed", type=_int_flag(0, 2**64 - 1), default=0)
     b.add_argument("--no-graphs", action="store_true", help="eager decode on CUDA")
@@ -525,6 +637,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.cmd == "bench":
         if args.dry_run and args.model_path:
             b.error("argument --model-path: not used with --dry-run (it runs a config, no weights)")
+        if args.dry_run and args.drift:
+            b.error("argument --drift: not used with --dry-run (no model runs, logits are random)")
+        if not args.kv_scale > 0:
+            b.error(f"argument --kv-scale: expected a number > 0, got {args.kv_scale:g}")
         _refuse_same_files(b, [], [("--json", args.json), ("--png", args.png)])
         return cmd_bench(args)
     if args.cmd == "plot":

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._checks import (MAX_PAGE_SIZE, MAX_PAGES, bool_arg, callable_arg, int_arg, real_arg,
-                      tokens_arg)
-from .backends import StepMeta, available, make_backend
+from ._checks import (MAX_PAGE_SIZE, MAX_PAGES, bool_arg, callable_arg, int_arg, is_fp8,
+                      kv_dtype_arg, real_arg, tokens_arg)
+from .backends import StepMeta, available, kv_support, make_backend
 from .kv import KVCache
 from .model import Model, ModelConfig
 
@@ -54,13 +54,17 @@ class Engine:
 
     backend: 'treeattn', 'treeattn-query', 'flashinfer', 'sdpa' or 'none'. cuda_graphs: default
     on for CUDA devices. num_pages: KV pages (default: max_tokens plus a partial page for each of
-    max_seqs live sequences). seed: sampling."""
+    max_seqs live sequences). seed: sampling. kv_dtype: the KV cache's element type (default:
+    the model's dtype; 'fp8_e4m3' / 'fp8_e5m2': one byte per element, quantized on write with
+    the per-layer scales k_scale / v_scale: a number > 0 or one per layer, default 1.0 as vLLM
+    without calibration; see kv.py)."""
 
     def __init__(self, model: Model, backend: str = "sdpa", page_size: int = 16,
                  num_pages: Optional[int] = None, max_tokens: int = 1 << 16,
                  max_seqs: int = 64,
                  cuda_graphs: Optional[bool] = None, seed: int = 0,
-                 time_attention_every: int = 0, dry_run: bool = False):
+                 time_attention_every: int = 0, dry_run: bool = False, kv_dtype=None,
+                 k_scale=1.0, v_scale=1.0):
         """dry_run: host side only (KV manager, trees, plans; no K/V storage, no model, random
         logits): measures the host cost of any workload at full size on a CPU. `model` may then
         be a ModelConfig."""
@@ -92,6 +96,11 @@ class Engine:
         self.model, self.config = model, c
         self.device = model.device
         self.dtype = model.dtype
+        self.kv_dtype = kv_dtype_arg("kv_dtype", kv_dtype, self.dtype)
+        if not is_fp8(self.kv_dtype) and self.kv_dtype != self.dtype:
+            raise ValueError(f"kv_dtype: {kv_dtype!r} differs from the model's dtype "
+                             f"{self.dtype}; the KV cache holds the model's dtype or fp8 "
+                             f"('fp8_e4m3', 'fp8_e5m2')")
         self.page_size = page_size
         self.dry_run = dry_run
         self.backend_name = backend
@@ -100,10 +109,15 @@ class Engine:
         why = available(backend, self.device) if self.device.type == "cuda" else None
         if why:
             raise ValueError(f"backend: {backend!r} cannot run here: {why}")
+        why = kv_support(backend, self.kv_dtype, None if dry_run else self.dtype)
+        if why:
+            raise ValueError(f"kv_dtype: {why}")
         backend_obj = make_backend(backend, c.num_heads, c.num_kv_heads, c.head_dim, self.dtype,
-                                   self.device)
+                                   self.device, kv_dtype=self.kv_dtype)
         self.cache = KVCache(c.num_layers, num_pages, page_size, c.num_kv_heads, c.head_dim,
-                             dtype=self.dtype, device=self.device, allocate=not dry_run)
+                             dtype=self.kv_dtype, device=self.device, allocate=not dry_run,
+                             k_scale=k_scale, v_scale=v_scale)
+        backend_obj.use_scales(self.cache)
         self.backend = backend_obj
         # on a CPU device, cuda_graphs=True emulates them (padded rows, static buffers, keyed
         # backend state, eager run): the tests exercise that bookkeeping without a GPU
@@ -143,12 +157,10 @@ class Engine:
         g = c.num_heads // c.num_kv_heads
 
         def attend(i, q, k, v):
-            kf = self.cache.k[i].view(-1, c.num_kv_heads, c.head_dim)
-            vf = self.cache.v[i].view(-1, c.num_kv_heads, c.head_dim)
-            kf.index_copy_(0, slots_t, k)
-            vf.index_copy_(0, slots_t, v)
-            kk = kf[ctx].transpose(0, 1).repeat_interleave(g, 0)[None]  # [1, H, L, D]
-            vv = vf[ctx].transpose(0, 1).repeat_interleave(g, 0)[None]
+            self.cache.write(i, slots_t, k, v)  # (fp8: quantized; attention reads them back)
+            kf, vf = self.cache.gather(i, ctx, q.dtype)  # [L, kv_heads, D]
+            kk = kf.transpose(0, 1).repeat_interleave(g, 0)[None]  # [1, H, L, D]
+            vv = vf.transpose(0, 1).repeat_interleave(g, 0)[None]
             o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kk, vv, attn_mask=mask,
                                                is_causal=mask is None)
             return o[0].transpose(0, 1)
@@ -260,18 +272,11 @@ class Engine:
         return logits
 
     def _attend_fn(self, slots_t, csrc, cdst):
-        c = self.config
-
         def attend(i, q, k, v):
-            kc, vc = self.cache.k[i], self.cache.v[i]
-            kf = kc.view(-1, c.num_kv_heads, c.head_dim)
-            vf = vc.view(-1, c.num_kv_heads, c.head_dim)
-            kf.index_copy_(0, slots_t, k)
-            vf.index_copy_(0, slots_t, v)
+            self.cache.write(i, slots_t, k, v)
             if csrc is not None:  # deferred copy-on-write, after this step's writes
-                kf.index_copy_(0, cdst, kf[csrc])
-                vf.index_copy_(0, cdst, vf[csrc])
-            return self.backend.attend(i, q, kc, vc)
+                self.cache.copy_slots(i, csrc, cdst)
+            return self.backend.attend(i, q, self.cache.k[i], self.cache.v[i])
 
         return attend
 

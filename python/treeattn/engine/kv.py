@@ -5,6 +5,14 @@ Storage: ``k[layer]`` and ``v[layer]`` are ``[num_pages, page_size, kv_heads, he
 layout treeattn and FlashInfer read). Page 0 is a scratch page that is never handed out: padding
 rows of a CUDA-graph batch write and read there.
 
+fp8 KV (dtype torch.float8_e4m3fn / float8_e5m2): one byte per element, with a float32 scale per
+layer for K (``k_scale[layer]``) and for V (``v_scale[layer]``) on the cache's device (vLLM's
+convention: stored value = x / scale, dequantized value = scale x stored value). :meth:`write`
+quantizes on write, saturating: x / scale is clamped to +-448 (e4m3) / +-57344 (e5m2) before
+the cast (torch's cast does not saturate: 1000 would become NaN in e4m3); NaN stays NaN.
+Without calibration the scales are 1.0, as in vLLM. Element moves (copy-on-write) go through
+uint8 views, so they are bit-exact and need no fp8 kernels.
+
 Copy-on-write is deferred: :meth:`append` records (src slot, dst slot) pairs for the filled
 slots of a shared page and the engine applies them inside the forward, per layer, right after the
 step's new K/V are written (so a token written this step into the source page is copied too).
@@ -28,7 +36,21 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._checks import MAX_PAGE_SIZE, MAX_PAGES, device_arg, dtype_arg, int_arg, tokens_arg
+from ._checks import (MAX_PAGE_SIZE, MAX_PAGES, device_arg, dtype_arg, int_arg, is_fp8,
+                      kv_scale_arg, tokens_arg)
+
+
+def quantize(x: torch.Tensor, dtype: torch.dtype, scale) -> torch.Tensor:
+    """x / scale in the fp8 type `dtype`, saturating to its largest finite value (inf too; NaN
+    stays NaN). scale: a float or a float32 tensor that broadcasts against x (e.g. one element).
+    Capturable in a CUDA graph (no host sync)."""
+    m = torch.finfo(dtype).max
+    return (x.float() / scale).clamp_(-m, m).to(dtype)
+
+
+def dequantize(x: torch.Tensor, dtype: torch.dtype, scale) -> torch.Tensor:
+    """scale x (fp8 tensor x) in `dtype`."""
+    return (x.float() * scale).to(dtype)
 
 
 @dataclass
@@ -40,7 +62,10 @@ class Seq:
 
 class KVCache:
     def __init__(self, num_layers: int, num_pages: int, page_size: int, num_kv_heads: int,
-                 head_dim: int, dtype=torch.float32, device="cpu", allocate: bool = True):
+                 head_dim: int, dtype=torch.float32, device="cpu", allocate: bool = True,
+                 k_scale=1.0, v_scale=1.0):
+        """dtype: the storage type (a floating dtype, or fp8: torch.float8_e4m3fn / e5m2).
+        k_scale, v_scale (fp8 only): a number > 0 for every layer or one per layer."""
         num_layers = int_arg("num_layers", num_layers, 1, 1 << 16)
         num_pages = int_arg("num_pages", num_pages, 2, MAX_PAGES)
         page_size = int_arg("page_size", page_size, 1, MAX_PAGE_SIZE)
@@ -51,6 +76,17 @@ class KVCache:
         if not isinstance(allocate, bool):
             raise TypeError(f"allocate: expected True or False, got {type(allocate).__name__}")
         self.page_size, self.num_pages = page_size, num_pages
+        self.dtype, self.fp8 = dtype, is_fp8(dtype)
+        #: fp8: the per-layer scales, float32 [num_layers] on the device (what the kernels read,
+        #: so a CUDA graph replays with the values they hold) and as host floats (FlashInfer
+        #: takes host scales); 1.0 (unused) for other dtypes
+        self.k_scale_host = kv_scale_arg("k_scale", k_scale, num_layers)
+        self.v_scale_host = kv_scale_arg("v_scale", v_scale, num_layers)
+        if not self.fp8 and (set(self.k_scale_host) | set(self.v_scale_host)) != {1.0}:
+            raise ValueError(f"k_scale: scales other than 1 need an fp8 KV cache (dtype is "
+                             f"{dtype})")
+        self.k_scale = torch.tensor(self.k_scale_host, dtype=torch.float32, device=device)
+        self.v_scale = torch.tensor(self.v_scale_host, dtype=torch.float32, device=device)
         shape = (num_layers, num_pages, page_size, num_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device) if allocate else None
         self.v = torch.zeros(shape, dtype=dtype, device=device) if allocate else None
@@ -311,10 +347,51 @@ class KVCache:
         dst = torch.tensor([b for _, b in copies], device=self.k.device)
         for c in (self.k, self.v):
             flat = c.view(c.shape[0], -1, *c.shape[3:])
+            if self.fp8:  # bit moves (advanced indexing of fp8 tensors is not everywhere)
+                flat = flat.view(torch.uint8)
             flat[:, dst] = flat[:, src]
 
     def block_table(self, sid: int) -> List[int]:
         return self._seq(sid).pages
+
+    # ---- element access (the engine's forward; CUDA-graph capturable)
+
+    def flat(self, layer: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """K and V of `layer` as [slots, kv_heads, head_dim] views for writes and copies: uint8
+        views of an fp8 cache (bit moves), the storage itself otherwise."""
+        k, v = self.k[layer], self.v[layer]
+        k = k.view(-1, *k.shape[2:])
+        v = v.view(-1, *v.shape[2:])
+        if self.fp8:
+            return k.view(torch.uint8), v.view(torch.uint8)
+        return k, v
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Stores new K/V [n, kv_heads, head_dim] at the flat slots of `layer`; an fp8 cache
+        quantizes them with the layer's scales (saturating, see quantize())."""
+        kf, vf = self.flat(layer)
+        if self.fp8:
+            k = quantize(k, self.dtype, self.k_scale[layer]).view(torch.uint8)
+            v = quantize(v, self.dtype, self.v_scale[layer]).view(torch.uint8)
+        kf.index_copy_(0, slots, k.to(kf.dtype))
+        vf.index_copy_(0, slots, v.to(vf.dtype))
+
+    def copy_slots(self, layer: int, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copies the K/V of flat slots src to dst in `layer` (copy-on-write; bit-exact)."""
+        kf, vf = self.flat(layer)
+        kf.index_copy_(0, dst, kf[src])
+        vf.index_copy_(0, dst, vf[src])
+
+    def gather(self, layer: int, slots: torch.Tensor, dtype: torch.dtype
+               ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """K and V at flat `slots` (any shape) of `layer` as `dtype`: [*slots.shape, kv_heads,
+        head_dim], dequantized (scale x value) from an fp8 cache."""
+        kf, vf = self.flat(layer)
+        k, v = kf[slots], vf[slots]
+        if not self.fp8:
+            return k.to(dtype), v.to(dtype)
+        return (dequantize(k.view(self.dtype), dtype, self.k_scale[layer]),
+                dequantize(v.view(self.dtype), dtype, self.v_scale[layer]))
 
     # ---- invariants (tests)
 

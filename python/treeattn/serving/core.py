@@ -53,7 +53,10 @@ class ServingCore:
     num_pages: pages in the cache (0: unknown). device: where decode runs (a torch device or
     'cpu' / 'cuda:N'); on CUDA every graph key keeps a device plan allocated with `headroom`
     and refreshed in place. planner / preset / kv_dtype: treeattn.plan's planner, cost-model
-    preset and KV element type. pad_page: page read by padding rows (length 0).
+    preset and KV element type (float16 / bfloat16, or an fp8 KV cache: 'fp8_e4m3', 'fp8_e5m2'
+    or torch.float8_e4m3fn / float8_e5m2, planned with treeattn.plan(kv_dtype=...); decode()
+    then takes the k_scale / v_scale of the layer). pad_page: page read by padding rows
+    (length 0).
     """
 
     def __init__(self, num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int, *,
@@ -90,6 +93,9 @@ class ServingCore:
 
     def _plan(self, tree, headroom: float = 1.0) -> Plan:
         H, Hk, D = self.shape
+        if _is_fp8_name(self.kv_dtype):  # a one-byte KV cache: plan(kv_dtype=...)
+            return treeattn.plan(tree, H, Hk, D, planner=self.planner, device=self.preset,
+                                 kv_dtype=self.kv_dtype, headroom=headroom)
         return treeattn.plan(tree, H, Hk, D, planner=self.planner, device=self.preset,
                              dtype=self.kv_dtype, headroom=headroom)
 
@@ -193,12 +199,25 @@ class ServingCore:
         return ahead[3]
 
     def decode(self, q: Any, k_cache: Any, v_cache: Any = None, out: Any = None,
-               sm_scale: Optional[float] = None) -> Any:
+               sm_scale: Optional[float] = None, k_scale: Any = None,
+               v_scale: Any = None) -> Any:
         """Decode attention of this step's plan: q [rows, num_qo_heads, head_dim] -> out (the
-        caller's persistent buffer when given). Same layouts and errors as treeattn.decode."""
+        caller's persistent buffer when given). k_scale / v_scale: an fp8 cache's scales (a
+        float or a one-element float32 device tensor, as treeattn.decode takes them). Same
+        layouts and errors as treeattn.decode."""
         if self.plan is None:
             raise ValueError("plan: no step prepared yet: call prepare() first")
-        return treeattn.decode(q, k_cache, v_cache, self.plan, out=out, sm_scale=sm_scale)
+        if k_scale is None and v_scale is None:
+            return treeattn.decode(q, k_cache, v_cache, self.plan, out=out, sm_scale=sm_scale)
+        return treeattn.decode(q, k_cache, v_cache, self.plan, out=out, sm_scale=sm_scale,
+                               k_scale=k_scale, v_scale=v_scale)
+
+
+def _is_fp8_name(kv_dtype: Any) -> bool:
+    """Whether kv_dtype names an fp8 KV type ('fp8_e4m3', 'fp8_e5m2', 'fp8', or the torch
+    dtypes float8_e4m3fn / float8_e5m2)."""
+    name = str(kv_dtype).replace("torch.", "")
+    return name in ("fp8", "fp8_e4m3", "fp8_e5m2", "float8_e4m3fn", "float8_e5m2")
 
 
 def _device_of(device: Any):
