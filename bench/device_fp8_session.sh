@@ -6,11 +6,11 @@
 #   2. every C++ GPU test (fp8 included) with the sanitizers on the small ones, and at the same
 #      time the Python GPU tests
 #   3. treeattn bench --planner auto, KV in the dtype (fp16) and in fp8 e4m3, on the no-sharing
-#      lines and the PAT set (nothing else on the GPU meanwhile)
+#      lines and one shared-prefix line, and with BENCH_PAT=1 the PAT set (alone on the GPU)
 #   4. STEP4 (optional): a script run last with the time left (e.g. bench/device_fp8.sh: the
 #      FlashInfer fp8 peer and the engine)
 # Carry: build-devdeps (and peers when STEP4 needs it). Files back: summary.txt, logs.txt,
-# bench_fp16.json, bench_fp8.json, and what STEP4 writes.
+# bench_fp16.json, bench_fp8.json, and what STEP4 writes under step4/.
 set -uo pipefail
 OUT=${OUT:-/tmp/fp8_out}
 mkdir -p "$OUT"
@@ -64,8 +64,10 @@ for kv in same fp8_e4m3; do
       --json /tmp/b_${tag}_named$i.json >>"$LOGS/bench.log" 2>&1
     i=$((i + 1))
   done
-  timeout 120 ./build-final/treeattn bench --workloads pat --planner auto --kv-dtype $kv \
-    --json /tmp/b_${tag}_pat.json >>"$LOGS/bench.log" 2>&1
+  if [[ "${BENCH_PAT:-0}" == 1 ]]; then
+    timeout 120 ./build-final/treeattn bench --workloads pat --planner auto --kv-dtype $kv \
+      --json /tmp/b_${tag}_pat.json >>"$LOGS/bench.log" 2>&1
+  fi
   note "bench $kv: rc=$? at $(($(date +%s) - t0)) s"
   python3 bench/merge_bench_json.py "$OUT/bench_$tag.json" /tmp/b_${tag}_*.json
 done
@@ -76,7 +78,7 @@ if [[ -n "${STEP4:-}" ]]; then
   left=$((DEADLINE - ($(date +%s) - T0)))
   note "step4 ($STEP4): ${left} s left"
   if ((left > 40)); then
-    OUT=$OUT LEFT=$((left - 15)) timeout $((left - 10)) bash $STEP4 >"$LOGS/step4.log" 2>&1
+    OUT=$OUT/step4 LEFT=$((left - 15)) timeout $((left - 10)) bash $STEP4 >"$LOGS/step4.log" 2>&1
     note "step4: rc=$?"
   fi
 fi
