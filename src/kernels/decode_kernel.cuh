@@ -84,11 +84,6 @@ __device__ __forceinline__ void timeline_end(const KernelParams& p, Rec rec) {
 #define TREEATTN_FP8_STAGES 4
 #endif
 constexpr int kFp8Stages = TREEATTN_FP8_STAGES;
-/// 1: the grouped fp8 configs convert tile t + 1 into a second dtype tile while the MMAs read
-/// tile t (no CTA barrier of their own); 0: one dtype tile, converted before its MMAs.
-#ifndef TREEATTN_FP8_PIPE
-#define TREEATTN_FP8_PIPE 1
-#endif
 
 template <DType kDType, int kHeadDim, int kClass, KvDType kKv = KvDType::kSame>
 struct AttnConfig {
@@ -105,7 +100,9 @@ struct AttnConfig {
   static constexpr int BNW = warp_tokens(kClass, HD);  ///< tokens per warp per tile
   static constexpr int THREADS = 32 * WM * WN;
   static constexpr bool KV8 = is_fp8(kKv);  ///< fp8 cache: one-byte stages + one dtype tile
-  static constexpr int STAGES = KV8 ? kFp8Stages : num_stages(kClass);
+  // fp8 at head_dim 256 keeps 4 stages at most (its Q tile stays in shared memory)
+  static constexpr int STAGES =
+      KV8 ? (HD <= 128 || kFp8Stages < 4 ? kFp8Stages : 4) : num_stages(kClass);
   static_assert(STAGES >= 2, "pipeline");
   static constexpr bool Q_IN_REGS = HD <= 128;  ///< hd256 re-reads Q from shared memory
   static_assert(BNW % 16 == 0, "each warp needs whole k16 steps of P V");
@@ -117,20 +114,14 @@ struct AttnConfig {
   static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
   static constexpr int TILE8_BYTES = BN * HD;  ///< one of K or V, one fp8 stage
   static constexpr int STAGE8_BYTES = 2 * TILE8_BYTES;
-  /// fp8 with several warps along the rows (kM64 / kM128) up to head_dim 128: two dtype tiles,
-  /// tile t + 1 converted while tile t is read (the conversion one tile ahead)
-  static constexpr bool PIPE = KV8 && WM > 1 && HD <= 128 && TREEATTN_FP8_PIPE;
-  static_assert(!PIPE || STAGES >= 3, "the pipelined conversion waits one stage earlier");
-  /// dtype stages (fp8: the converted tiles from offset 0), then the fp8 stages at KV8_OFF
-  static constexpr int KV8_OFF = KV8 ? (PIPE ? 2 : 1) * STAGE_BYTES : 0;
+  /// dtype stages (fp8: the one converted tile at offset 0), then the fp8 stages at KV8_OFF
+  static constexpr int KV8_OFF = KV8 ? STAGE_BYTES : 0;
   static constexpr int KV_BYTES = KV8 ? KV8_OFF + STAGES * STAGE8_BYTES : STAGES * STAGE_BYTES;
   static constexpr int Q_BYTES = ROWS * HD * 2;
   // Q in registers: sQ aliases the last stage (first overwritten after Q reached registers), or
-  // for fp8 a converted tile (the one first written after Q reached registers).
+  // for fp8 the converted tile (first written after Q reached registers).
   static_assert(!Q_IN_REGS || Q_BYTES <= STAGE_BYTES, "sQ alias");
-  static constexpr int Q_OFF = !Q_IN_REGS ? KV_BYTES
-                               : KV8      ? (PIPE ? STAGE_BYTES : 0)
-                                          : (STAGES - 1) * STAGE_BYTES;
+  static constexpr int Q_OFF = !Q_IN_REGS ? KV_BYTES : KV8 ? 0 : (STAGES - 1) * STAGE_BYTES;
   static constexpr int MASK_OFF = Q_IN_REGS ? KV_BYTES : KV_BYTES + Q_BYTES;
   static constexpr int MAIN_BYTES = MASK_OFF + STAGES * BN * 8;
   static constexpr int O_PITCH = HD + 8;  ///< fp32 row pitch of the epilogue tile
@@ -296,66 +287,13 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
     const float scale_log2 =
         C::KV8 && p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
 
-    // fp8: the tile's fp8 stage -> a dtype tile at `dst`, in 16-byte units (16 fp8 elements ->
-    // two dtype chunks), no barrier. With one warp along the rows (kM16) each warp converts the
-    // token slice only it reads (a warp barrier then orders it); otherwise the CTA converts the
-    // whole tile. The dtype tile's previous readers are done: the barrier at the top of the loop,
-    // or the warp's own program order.
-    auto convert_tile = [&](int t, uint32_t dst) {
-      if constexpr (C::KV8) {
-        constexpr bool kWarpLocal = C::WM == 1;
-        constexpr int U = HD / 16;  // units of a K/V row
-        constexpr int UNITS = (kWarpLocal ? BNW : BN) * U;
-        const int first_row = kWarpLocal ? wn * BNW : 0;
-        const int t0 = kWarpLocal ? lane : tid;
-        constexpr int STEP = kWarpLocal ? 32 : C::THREADS;
-        static_assert(UNITS % STEP == 0, "whole conversion passes");
-        const uint32_t s8 = s_base + C::KV8_OFF + (t % C::STAGES) * C::STAGE8_BYTES;
-#pragma unroll
-        for (int kv = 0; kv < 2; ++kv) {
-#pragma unroll
-          for (int u = t0; u < UNITS; u += STEP) {
-            const int j = first_row + u / U, c8 = u % U;
-            const uint4 x = ld_shared_u4(s8 + kv * C::TILE8_BYTES + j * HD + 16 * c8);
-            const uint32_t d = dst + kv * C::TILE_BYTES;
-            st_shared_u4(d + C::template swz<BN>(j, 2 * c8),
-                         fp8x8_to_dtype<Traits, kKv>(make_uint2(x.x, x.y)));
-            st_shared_u4(d + C::template swz<BN>(j, 2 * c8 + 1),
-                         fp8x8_to_dtype<Traits, kKv>(make_uint2(x.z, x.w)));
-          }
-        }
-        if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
-      }
-    };
-    if constexpr (C::PIPE) {
-      // Q and tile 0 landed: Q to registers, tile 0 converted (the loop converts one ahead)
-      if (num_tiles > 0) {
-        cp_async_wait<C::STAGES - 2>();
-        __syncthreads();
-        if (kv_head == kv_head0) timeline_stamp(p, tl_rec, kTlClockKv);
-        if (mma_active) {
-#pragma unroll
-          for (int ks = 0; ks < KS; ++ks) {
-            const int mi = lane >> 3;
-            ldmatrix_x4(q_frag[ks],
-                        sQ + C::template swz<C::ROWS>(16 * wm + (lane & 7) + (mi & 1) * 8,
-                                                      2 * ks + (mi >> 1)));
-          }
-        }
-        convert_tile(0, s_base);  // sQ is the other dtype tile
-      }
-    }
-
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % C::STAGES;
-      if constexpr (C::PIPE)
-        cp_async_wait<C::STAGES - 3>();  // tile + 1 landed (it is converted now)
-      else
-        cp_async_wait<C::STAGES - 2>();
+      cp_async_wait<C::STAGES - 2>();
       if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
       __syncthreads();
-      if (tile == 0 && kv_head == kv_head0 && !C::PIPE) timeline_stamp(p, tl_rec, kTlClockKv);
-      if constexpr (C::Q_IN_REGS && !C::PIPE) {
+      if (tile == 0 && kv_head == kv_head0) timeline_stamp(p, tl_rec, kTlClockKv);
+      if constexpr (C::Q_IN_REGS) {
         if (tile == 0) {
           if (mma_active) {
 #pragma unroll
@@ -375,21 +313,42 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
         if (next < num_tiles) load_tile(next, next % C::STAGES);
         cp_async_commit();
       }
-      if constexpr (C::PIPE) {
-        if (tile + 1 < num_tiles)
-          convert_tile(tile + 1, s_base + ((tile + 1) & 1) * C::STAGE_BYTES);
-      } else if constexpr (C::KV8) {
-        convert_tile(tile, s_base);
-        if constexpr (C::WM == 1)
+      if constexpr (C::KV8) {
+        // The tile's fp8 stage -> the dtype tile, in 16-byte units (16 fp8 elements -> two dtype
+        // chunks). With one warp along the rows (kM16) each warp converts the token slice only it
+        // reads, and a warp barrier orders that; otherwise the CTA converts the whole tile and
+        // waits at a CTA barrier. Either way the previous tile's MMAs on the dtype tile are done:
+        // the barrier at the top of the loop, or the warp's own program order.
+        constexpr bool kWarpLocal = C::WM == 1;
+        constexpr int U = HD / 16;  // units of a K/V row
+        constexpr int UNITS = (kWarpLocal ? BNW : BN) * U;
+        const int first_row = kWarpLocal ? wn * BNW : 0;
+        const int t0 = kWarpLocal ? lane : tid;
+        constexpr int STEP = kWarpLocal ? 32 : C::THREADS;
+        static_assert(UNITS % STEP == 0, "whole conversion passes");
+        const uint32_t s8 = s_base + C::KV8_OFF + stage * C::STAGE8_BYTES;
+#pragma unroll
+        for (int kv = 0; kv < 2; ++kv) {
+#pragma unroll
+          for (int u = t0; u < UNITS; u += STEP) {
+            const int j = first_row + u / U, c8 = u % U;
+            const uint4 x = ld_shared_u4(s8 + kv * C::TILE8_BYTES + j * HD + 16 * c8);
+            const uint32_t dst = s_base + kv * C::TILE_BYTES;
+            st_shared_u4(dst + C::template swz<BN>(j, 2 * c8),
+                         fp8x8_to_dtype<Traits, kKv>(make_uint2(x.x, x.y)));
+            st_shared_u4(dst + C::template swz<BN>(j, 2 * c8 + 1),
+                         fp8x8_to_dtype<Traits, kKv>(make_uint2(x.z, x.w)));
+          }
+        }
+        if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
+        if constexpr (kWarpLocal)
           __syncwarp();
         else
           __syncthreads();
       }
       if (!mma_active) continue;
 
-      const uint32_t sK = s_base + (C::PIPE  ? (tile & 1) * C::STAGE_BYTES
-                                    : C::KV8 ? 0
-                                             : stage * C::STAGE_BYTES);
+      const uint32_t sK = s_base + (C::KV8 ? 0 : stage * C::STAGE_BYTES);
       const uint32_t sV = sK + C::TILE_BYTES;
       const int wtok = wn * BNW;  // warp's first token within the tile
       if (masked) {
