@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The fp8 KV results run in one device call (repository root, <= 9.5 minutes on an H100):
-#   1. builds: the CLI + GPU tests, the Python package, and a second CLI with
-#      TREEATTN_FP8_PIPE=0 (the grouped fp8 configs converting each tile before its MMAs), at once
+#   1. builds: the CLI + GPU tests and the Python package, at once
 #   2. every C++ GPU test with the sanitizers on the small ones, and the Python GPU tests
-#   3. same-machine A/B: treeattn bench --planner auto, fp16 KV, fp8 e4m3 (pipelined conversion)
-#      and fp8 e4m3 without it, on the no-sharing lines, a shared-prefix line and the PAT set
+#   3. treeattn bench --planner auto, fp16 KV then fp8 e4m3, on the no-sharing lines, two
+#      shared-prefix lines and the PAT set
 #   4. bench/device_fp8.sh: the fp8 peer table (treeattn fp16 / fp8 beside FlashInfer's fp8
 #      decode) and the engine (W1 bf16 vs fp8 KV, drift, the engine's fp8 GPU tests)
 #   5. ncu of the fp8 kernel on N=256 C=4096 heads=32/8 (memory throughput, stalls, occupancy)
@@ -23,17 +22,13 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 HF_HUB_OFFLINE=1
 note "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader); date: $(date -u +%FT%TZ); commit: $(git rev-parse --short HEAD 2>/dev/null)"
 
-# ---- 1. three builds at once
-(OUT=$LOGS/cpp STAGES="build" JOBS=6 bash bench/device_final.sh >"$LOGS/cpp_build.log" 2>&1) &
+# ---- 1. both builds at once
+(OUT=$LOGS/cpp STAGES="build" JOBS=8 bash bench/device_final.sh >"$LOGS/cpp_build.log" 2>&1) &
 cpp_pid=$!
-(CMAKE_BUILD_PARALLEL_LEVEL=6 timeout 400 python3 -m pip install --no-build-isolation --no-deps . \
+(CMAKE_BUILD_PARALLEL_LEVEL=8 timeout 400 python3 -m pip install --no-build-isolation --no-deps . \
   -C cmake.define.TREEATTN_CUDA_ARCHS=90a -C build-dir=/tmp/treeattn-build-py \
   >"$LOGS/pip.log" 2>&1; echo $? >"$LOGS/pip.rc") &
 py_pid=$!
-(cmake -S . -B build-nopipe -G Ninja -DTREEATTN_BENCH=OFF -DTREEATTN_TESTS=OFF \
-   -DTREEATTN_CUDA_ARCHS=90a -DCMAKE_CUDA_FLAGS=-DTREEATTN_FP8_PIPE=0 >"$LOGS/nopipe.log" 2>&1 &&
-   ninja -C build-nopipe -j6 treeattn >>"$LOGS/nopipe.log" 2>&1; echo $? >"$LOGS/nopipe.rc") &
-np_pid=$!
 wait $cpp_pid
 note "cpp build: $(grep -h 'build:' "$LOGS/cpp/summary.txt" 2>/dev/null)"
 [[ -x build-final/treeattn ]] || { tail -n 40 "$LOGS/cpp/build.log"; exit 1; }
@@ -52,10 +47,9 @@ grep -E "^(FAILED|ERROR)" "$LOGS/pytest_gpu.log" | head -n 20 | tee -a "$SUMMARY
 wait $cpp_pid
 grep -hE "gpu tests|memcheck|racecheck|synccheck|Failure|FAILED" "$LOGS/cpp/summary.txt" \
   | head -n 30 | tee -a "$SUMMARY"
-wait $np_pid
-note "tests: $(($(date +%s) - t0)) s; no-pipe build rc=$(cat "$LOGS/nopipe.rc")"
+note "tests: $(($(date +%s) - t0)) s"
 
-# ---- 3. A/B, one binary after the other on the same lines
+# ---- 3. fp16 then fp8 KV on the same lines
 t0=$(date +%s)
 LINES=("N=256 C=4096 heads=32/8" "N=512 C=1024 heads=32/8" "N=1,1024 C=2048,32 heads=32/8"
        "N=1,64 C=4096,64 heads=32/8")
@@ -73,7 +67,6 @@ run_set() {  # run_set <tag> <cli> <kv>
 }
 run_set fp16 ./build-final/treeattn same
 run_set fp8 ./build-final/treeattn fp8_e4m3
-[[ -x build-nopipe/treeattn ]] && run_set fp8_nopipe ./build-nopipe/treeattn fp8_e4m3
 
 # ---- 4. peers and engine
 left=$((480 - ($(date +%s) - T0)))
