@@ -11,7 +11,9 @@ tests/integrations -q).
 * builder.build + impl.forward + impl.do_kv_cache_update on CPU tensors match a float64
   reference over several steps of a batch from a paged KV manager (multi-level shared prompts,
   forks with copy-on-write, finished requests, chunked prefill mixed with decode), in both KV
-  layouts the backend declares. Decode tokens run treeattn's CPU executor through the serving
+  layouts the backend declares, with a float16 cache and with vLLM's fp8 caches (uint8 tensors,
+  e4m3 and e5m2, per-layer scale tensors != 1 changed in place between steps; the reference runs
+  on the dequantized cache). Decode tokens run treeattn's CPU executor through the serving
   core; vLLM's FlashAttention has no CPU kernels, so the prefill tokens run a torch reference
   (sdpa_prefill below, set as TreeAttnImpl.prefill_fn) in this test only.
 """
@@ -22,6 +24,7 @@ import inspect
 import json
 import math
 import os
+from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -121,7 +124,20 @@ def test_validate_configuration_refuses_with_reasons(backend):
     assert "MLA" in reasons(use_mla=True)
     assert "sliding window" in reasons(has_sliding_window=True)
     assert "head_size 80" in reasons(head_size=80)
-    assert "fp8" in reasons(kv_cache_dtype="fp8")
+    for fp8 in ("fp8", "fp8_e4m3"):  # vLLM's "fp8" is e4m3
+        assert reasons(kv_cache_dtype=fp8) == ""
+        assert reasons(kv_cache_dtype=fp8, device_capability=DeviceCapability(10, 0)) == ""
+        assert reasons(kv_cache_dtype=fp8, dtype=torch.bfloat16, head_size=256) == ""
+        # the prefill tokens run on FlashAttention: fp8 KV there needs FA3 on SM90 / FA4 on SM100
+        assert "FA3 on SM90" in reasons(kv_cache_dtype=fp8,
+                                        device_capability=DeviceCapability(8, 0))
+        assert "FA3 on SM90" in reasons(kv_cache_dtype=fp8,
+                                        device_capability=DeviceCapability(12, 0))
+        assert "per-head KV quant scales" in reasons(kv_cache_dtype=fp8,
+                                                     use_per_head_quant_scales=True)
+    assert "no e5m2 kernels" in reasons(kv_cache_dtype="fp8_e5m2")
+    for other in ("fp8_inc", "fp8_per_token_head", "int8_per_token_head", "nvfp4"):
+        assert f"kv_cache_dtype {other!r}" in reasons(kv_cache_dtype=other)
     assert "dtype torch.float32" in reasons(dtype=torch.float32)
     assert "encoder" in reasons(attn_type="encoder")
     assert "compute capability" in reasons(device_capability=DeviceCapability(7, 5))
@@ -134,13 +150,67 @@ def test_validate_configuration_refuses_with_reasons(backend):
                                      ({"sliding_window": 128}, "sliding window"),
                                      ({"logits_soft_cap": 30.0}, "soft-cap"),
                                      ({"attn_type": "encoder"}, "encoder"),
-                                     ({"kv_cache_dtype": "fp8"}, "fp8"),
+                                     ({"kv_cache_dtype": "fp8_inc"}, "fp8_inc"),
+                                     ({"kv_cache_dtype": "fp8_per_token_head"},
+                                      "fp8_per_token_head"),
                                      ({"head_size": 96}, "head_size 96")])
 def test_impl_refuses(backend, kw, word):
     args = dict(num_heads=H, head_size=D, scale=D ** -0.5, num_kv_heads=HK)
     args.update(kw)
     with pytest.raises(NotImplementedError, match=word):
         backend.get_impl_cls()(**args)
+
+
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e4m3", "fp8_e5m2"])
+def test_impl_takes_fp8_and_refuses_what_flash_attention_cannot_prefill(backend, kv,
+                                                                         monkeypatch):
+    from vllm.platforms import current_platform
+    from vllm.v1.attention.backends import fa_utils
+
+    impl = backend.get_impl_cls()(H, D, D ** -0.5, HK, kv_cache_dtype=kv)
+    want = torch.float8_e5m2 if kv == "fp8_e5m2" else torch.float8_e4m3fn
+    assert impl.fp8_dtype is want and impl.kv_cache_dtype == kv
+    # on CUDA the prefill tokens go to FlashAttentionImpl: refused where it cannot read the cache
+    # (its own check: no e5m2 anywhere, e4m3 only with FA3 on SM90 / FA4 on SM100)
+    monkeypatch.setattr(type(current_platform), "is_cuda", lambda self: True)
+    monkeypatch.setattr(fa_utils, "flash_attn_supports_kv_cache_dtype",
+                        lambda dt, **kw: dt != "fp8_e5m2")
+    if kv == "fp8_e5m2":
+        with pytest.raises(NotImplementedError, match="no e5m2 kernels"):
+            backend.get_impl_cls()(H, D, D ** -0.5, HK, kv_cache_dtype=kv)
+    else:
+        backend.get_impl_cls()(H, D, D ** -0.5, HK, kv_cache_dtype=kv)
+        monkeypatch.setattr(fa_utils, "flash_attn_supports_kv_cache_dtype", lambda dt, **kw: False)
+        with pytest.raises(NotImplementedError, match="FA3 on SM90"):
+            backend.get_impl_cls()(H, D, D ** -0.5, HK, kv_cache_dtype=kv)
+
+
+@pytest.mark.parametrize("kv,fa_takes_fp8_q", [("auto", True), ("fp8", True), ("fp8", False)])
+def test_prefill_delegation_to_flash_attention(backend, kv, fa_takes_fp8_q, monkeypatch):
+    """What FlashAttentionImpl gets for the prefill tokens (it has no CPU kernels: a stand-in
+    records its arguments): the layer, vLLM's packed cache as it is, and for an fp8 cache a query
+    quantized with layer._q_scale where it takes fp8 queries (FA3), as vLLM's attention layer
+    does for it."""
+    from treeattn.integrations.vllm import backend as mod
+
+    impl = backend.get_impl_cls()(H, D, D ** -0.5, HK, kv_cache_dtype=kv)
+    calls = []
+    impl._fa_impl = SimpleNamespace(supports_quant_query_input=fa_takes_fp8_q,
+                                    forward=lambda *a: calls.append(a))
+    monkeypatch.setattr(mod, "_quantize_query",
+                        lambda q, s: (q.float() / s).to(torch.float8_e4m3fn))
+    layer = SimpleNamespace(_q_scale=torch.tensor(0.5))
+    q = torch.randn(5, H, D).half()
+    kv_cache = torch.zeros(4, HK, P, 2 * D, dtype=torch.float16 if kv == "auto" else torch.uint8)
+    out = torch.empty(5, H, D, dtype=torch.float16)
+    impl._flash_prefill(layer, q, q[:, :HK], q[:, :HK], kv_cache, "fa-md", out)
+    (got_layer, got_q, _, _, got_cache, got_md, got_out), = calls
+    assert got_layer is layer and got_cache is kv_cache and got_md == "fa-md" and got_out is out
+    if kv == "fp8" and fa_takes_fp8_q:
+        assert got_q.dtype == torch.float8_e4m3fn
+        torch.testing.assert_close(got_q.float() * 0.5, q.float(), rtol=2.0 ** -4, atol=1e-3)
+    else:
+        assert got_q is q
 
 
 def test_config_from_env_and_file(tmp_path):
@@ -161,9 +231,12 @@ def test_config_from_env_and_file(tmp_path):
 # ---- build + forward against a float64 reference
 
 
-def sdpa_prefill(q, k_cache, v_cache, cm, out, scale):
+def sdpa_prefill(q, k_cache, v_cache, cm, out, scale, k_scale, v_scale):
     """Test-only prefill path: causal attention of each request's query tokens over its paged
-    context with torch SDPA in float32 (vLLM's FlashAttention has no CPU kernels)."""
+    context (dequantized: an fp8 cache's value times the layer's scale) with torch SDPA in float32
+    (vLLM's FlashAttention has no CPU kernels)."""
+    ks = 1.0 if k_scale is None else float(k_scale)
+    vs = 1.0 if v_scale is None else float(v_scale)
     qs = cm.query_start_loc_cpu
     lens = cm.seq_lens_cpu_upper_bound
     for i in range(cm.num_reqs):
@@ -171,8 +244,8 @@ def sdpa_prefill(q, k_cache, v_cache, cm, out, scale):
         if b == a:
             continue
         pages = cm.block_table_tensor[i, :(n + P - 1) // P].long()
-        kk = k_cache[pages].reshape(-1, HK, D)[:n].float().transpose(0, 1)
-        vv = v_cache[pages].reshape(-1, HK, D)[:n].float().transpose(0, 1)
+        kk = k_cache[pages].reshape(-1, HK, D)[:n].float().transpose(0, 1) * ks
+        vv = v_cache[pages].reshape(-1, HK, D)[:n].float().transpose(0, 1) * vs
         kk, vv = kk.repeat_interleave(H // HK, 0), vv.repeat_interleave(H // HK, 0)
         pos = torch.arange(n - (b - a), n)
         mask = torch.arange(n)[None, :] <= pos[:, None]
@@ -248,24 +321,40 @@ class Server:
         return rows, slots, self.kv.take_copies()
 
 
+@pytest.mark.parametrize("kv", ["auto", "fp8", "fp8_e5m2"])
 @pytest.mark.parametrize("layout", ["LBNHC", "LBHNC"])
-def test_build_and_forward_match_reference(backend, vllm_config, layout):
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
+def test_build_and_forward_match_reference(backend, vllm_config, layout, kv, monkeypatch):
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, get_kv_quant_mode
 
     num_pages = 512
-    spec = FullAttentionSpec(block_size=P, num_kv_heads=HK, head_size=D, dtype=torch.float16)
+    # vLLM's cache tensor and spec: float16 for "auto" here, uint8 for the fp8 types
+    cache_dtype = kv_cache_dtype_str_to_dtype(kv, vllm_config.model_config)
+    assert cache_dtype == (torch.float16 if kv == "auto" else torch.uint8)
+    monkeypatch.setattr(vllm_config.cache_config, "cache_dtype", kv)
+    spec = FullAttentionSpec(block_size=P, num_kv_heads=HK, head_size=D, dtype=cache_dtype,
+                             kv_quant_mode=get_kv_quant_mode(kv))
     builder = backend.get_builder_cls()(spec, ["layer.0"], vllm_config, torch.device("cpu"))
+    fp8 = {"auto": None, "fp8": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[kv]
+    assert builder.core.kv_dtype == {"auto": torch.float16, "fp8": "fp8_e4m3",
+                                     "fp8_e5m2": "fp8_e5m2"}[kv]
     scale = D ** -0.5
-    impl = backend.get_impl_cls()(H, D, scale, HK)
+    impl = backend.get_impl_cls()(H, D, scale, HK, kv_cache_dtype=kv)
     impl.prefill_fn = sdpa_prefill
+    # the attention layer's scales, as vLLM keeps them: 0-dim float32 tensors on the device
+    layer = SimpleNamespace(_k_scale=torch.tensor(0.37), _v_scale=torch.tensor(1.7),
+                            _q_scale=torch.tensor(1.0))
     rng = np.random.default_rng(11)
     if layout == "LBNHC":  # physical [B, N, H, 2D], logical [B, H, N, 2D]
-        kv_cache = torch.zeros(num_pages, P, HK, 2 * D, dtype=torch.float16).transpose(1, 2)
+        kv_cache = torch.zeros(num_pages, P, HK, 2 * D, dtype=cache_dtype).transpose(1, 2)
     else:
-        kv_cache = torch.zeros(num_pages, HK, P, 2 * D, dtype=torch.float16)
+        kv_cache = torch.zeros(num_pages, HK, P, 2 * D, dtype=cache_dtype)
     server = Server(5, num_pages)
     mixed = decode_steps = 0
-    for _ in range(40):
+    for step in range(40):
+        if step == 20:  # new values in the same tensors (what a CUDA graph replay would read)
+            layer._k_scale.fill_(2.0 ** -3)
+            layer._v_scale.fill_(0.61)
         rows, slots, copies = server.step()
         if not rows:
             continue
@@ -295,12 +384,21 @@ def test_build_and_forward_match_reference(backend, vllm_config, layout):
         q = torch.from_numpy(rng.uniform(-1, 1, (T, H, D))).half()
         key = torch.from_numpy(rng.uniform(-1, 1, (T, HK, D))).half()
         value = torch.from_numpy(rng.uniform(-1, 1, (T, HK, D))).half()
-        impl.do_kv_cache_update(None, key, value, kv_cache, cm.slot_mapping)
+        impl.do_kv_cache_update(layer, key, value, kv_cache, cm.slot_mapping)
         out = torch.full((T, H, D), float("nan"), dtype=torch.float16)
-        assert impl.forward(None, q, key, value, kv_cache, md, out) is out
+        assert impl.forward(layer, q, key, value, kv_cache, md, out) is out
         kc, vc = kv_cache[..., :D].transpose(1, 2), kv_cache[..., D:].transpose(1, 2)
-        ref = reference(q.numpy(), kc.float().numpy(), vc.float().numpy(), bt, lens, qlens,
-                        scale)
+        if fp8 is None:
+            kc, vc = kc.float(), vc.float()
+        else:  # the dequantized cache
+            kc = kc.view(fp8).float() * float(layer._k_scale)
+            vc = vc.view(fp8).float() * float(layer._v_scale)
+            assert md.plan is None or md.plan.kv_dtype_bytes == 1
+            # the write quantized with the scale: the cache holds the rounded key / value
+            got = kc[cm.slot_mapping // P, cm.slot_mapping % P]
+            rel = {torch.float8_e4m3fn: 2.0 ** -4, torch.float8_e5m2: 2.0 ** -3}[fp8]
+            assert (got - key.float()).abs().max() <= rel * key.float().abs().max() + 1e-6
+        ref = reference(q.numpy(), kc.numpy(), vc.numpy(), bt, lens, qlens, scale)
         np.testing.assert_allclose(out.float().numpy(), ref, atol=4e-3)
         mixed += md.num_decodes > 0 and md.num_prefills > 0
         decode_steps += md.num_decodes > 0

@@ -13,6 +13,18 @@ What runs where, per step (vLLM orders the batch decodes first: reorder_batch_th
 * the KV-cache write (do_kv_cache_update): vLLM's reshape_and_cache_flash on CUDA, an index copy
   on CPU tensors.
 
+fp8 KV cache (``--kv-cache-dtype fp8`` / ``fp8_e4m3``): vLLM allocates the cache as uint8 and
+keeps one float32 scale for K and one for V per layer (``layer._k_scale`` / ``layer._v_scale``,
+device tensors: stored value x scale = K / V). Decode reads the cache as its float8 view with
+those tensors as treeattn's k_scale / v_scale (read when the kernel runs, so a graph replays with
+the values they hold then); the prefill slice goes to FlashAttentionImpl with the query quantized
+to fp8 with ``layer._q_scale`` where that impl takes fp8 queries (FA3), as vLLM's attention layer
+does for FlashAttention. Refused: ``fp8_e5m2`` (vLLM's FlashAttention has no e5m2 kernels, so
+its prefill cannot run; treeattn's decode reads e5m2), fp8 below SM90 or on SM120 (FlashAttention
+reads fp8 KV only with FA3 on SM90 / FA4 on SM100), per-head scales
+(``use_per_head_quant_scales``: treeattn takes one K and one V scale per layer) and the other
+quantized formats (fp8_inc, fp8_per_token_head, int8, nvfp4, ...).
+
 vLLM gives a builder no host copy of the block table (its model runner V2 gathers the batch's
 block table on the GPU), so build() copies the decode rows' block-table prefix to the host: one
 device-to-host copy per step. Sequence lengths come from ``seq_lens_cpu_upper_bound``, exact
@@ -51,9 +63,27 @@ from . import load_config
 __all__ = ["TreeAttnBackend", "TreeAttnImpl", "TreeAttnMetadata", "TreeAttnMetadataBuilder"]
 
 
+#: vLLM cache dtype strings whose cache treeattn reads as fp8 (vLLM's "fp8" is e4m3 on CUDA), and
+#: the torch float8 type of their bytes (vLLM allocates them as uint8)
+FP8_KV_DTYPES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn,
+                 "fp8_e5m2": torch.float8_e5m2}
+#: treeattn.plan's kv_dtype name of each
+_TREEATTN_FP8 = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+_KV_DTYPES = ("auto", "float16", "bfloat16", *FP8_KV_DTYPES)
+
+
+def _fp8_prefill_refusal(kv_cache_dtype) -> Optional[str]:
+    """Why vLLM's FlashAttention cannot run the prefill tokens on this fp8 cache type, whatever
+    the device (None: it can, given FA3 on SM90 or FA4 on SM100)."""
+    if kv_cache_dtype == "fp8_e5m2":
+        return ("kv_cache_dtype 'fp8_e5m2' (prefill tokens run on vLLM's FlashAttention, which "
+                "has no e5m2 kernels; treeattn's decode reads e5m2: use fp8 / fp8_e4m3)")
+    return None
+
+
 class TreeAttnBackend(AttentionBackend):
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
-    supported_kv_cache_dtypes: ClassVar[list] = ["auto", "float16", "bfloat16"]
+    supported_kv_cache_dtypes: ClassVar[list] = list(_KV_DTYPES)
     forward_includes_kv_cache_update: bool = False
 
     @staticmethod
@@ -100,11 +130,26 @@ class TreeAttnBackend(AttentionBackend):
             "head_size not supported": f"head_size {head_size} (treeattn kernels: {HEAD_SIZES})",
             "dtype not supported": f"dtype {dtype} (treeattn: float16, bfloat16)",
             "kv_cache_dtype not supported":
-                f"kv_cache_dtype {kv_cache_dtype!r} (treeattn: auto, float16, bfloat16; no fp8)",
+                f"kv_cache_dtype {kv_cache_dtype!r} (treeattn: auto, float16, bfloat16, fp8, "
+                f"fp8_e4m3)",
             "MLA not supported": "MLA (treeattn runs multi-head / grouped-query attention)",
             "sliding window not supported": "sliding window (treeattn attends the whole prefix)",
+            "per-head quant scales not supported":
+                "per-head KV quant scales (use_per_head_quant_scales; treeattn takes one K and "
+                "one V scale per layer)",
         }
-        return [f"treeattn: {detail.get(r, r)}" for r in reasons]
+        reasons = [detail.get(r, r) for r in reasons]
+        if kv_cache_dtype in FP8_KV_DTYPES:
+            why = _fp8_prefill_refusal(kv_cache_dtype)
+            if why is not None:
+                reasons.append(why)
+            elif device_capability is not None and device_capability.major not in (9, 10):
+                reasons.append(
+                    f"kv_cache_dtype {kv_cache_dtype!r} on compute capability "
+                    f"{device_capability.major}.{device_capability.minor} (prefill tokens run on "
+                    f"vLLM's FlashAttention, which reads fp8 KV only with FA3 on SM90 or FA4 on "
+                    f"SM100)")
+        return [f"treeattn: {r}" for r in reasons]
 
 
 @dataclass
@@ -180,7 +225,7 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
             heads, kv_cache_spec.num_kv_heads, kv_cache_spec.head_size, self.page_size,
             num_pages=int(num_pages), device=device, planner=cfg["planner"],
             preset=cfg["preset"] or preset_for(device),
-            kv_dtype=kv_cache_spec.dtype, headroom=cfg["headroom"])
+            kv_dtype=_plan_kv_dtype(kv_cache_spec, vllm_config), headroom=cfg["headroom"])
         self._fa_builder = None
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
@@ -214,9 +259,24 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
         return self._fa_builder
 
 
+def _plan_kv_dtype(kv_cache_spec, vllm_config):
+    """treeattn's KV element type for a KV-cache group: the spec's float16 / bfloat16, or for a
+    one-byte (fp8) cache the fp8 type named by vLLM's cache dtype (e4m3 and e5m2 plan alike)."""
+    dtype = kv_cache_spec.dtype
+    if dtype.itemsize != 1:
+        return dtype
+    cache_dtype = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None)
+    if cache_dtype not in FP8_KV_DTYPES:
+        raise NotImplementedError(f"treeattn vLLM backend: a {dtype} KV cache with "
+                                  f"kv_cache_dtype {cache_dtype!r} (fp8: {list(FP8_KV_DTYPES)})")
+    return _TREEATTN_FP8[cache_dtype]
+
+
 class TreeAttnImpl(AttentionImpl[TreeAttnMetadata]):
-    #: callable(query, k_cache, v_cache, prefill_metadata, output, scale) for the prefill
-    #: tokens where FlashAttention cannot run (tests on CPU); None: FlashAttentionImpl
+    #: callable(query, k_cache, v_cache, prefill_metadata, output, scale, k_scale, v_scale) for
+    #: the prefill tokens where FlashAttention cannot run (tests on CPU); the caches are float8
+    #: views with the layer's scale tensors for an fp8 cache (K = k_scale x k_cache), else
+    #: float16 / bfloat16 with scales None. None: FlashAttentionImpl
     prefill_fn: Optional[Callable[..., None]] = None
 
     def __init__(self, num_heads: int, head_size: int, scale: float,
@@ -233,8 +293,22 @@ class TreeAttnImpl(AttentionImpl[TreeAttnMetadata]):
             refuse.append(f"logits soft-cap ({logits_soft_cap})")
         if attn_type != AttentionType.DECODER:
             refuse.append(f"attention type {attn_type!r} (decoder self-attention only)")
-        if kv_cache_dtype not in ("auto", "float16", "bfloat16"):
-            refuse.append(f"kv_cache_dtype {kv_cache_dtype!r} (float16 / bfloat16 KV only)")
+        if kv_cache_dtype not in _KV_DTYPES:
+            refuse.append(f"kv_cache_dtype {kv_cache_dtype!r} (float16 / bfloat16, or fp8 / "
+                          f"fp8_e4m3 / fp8_e5m2 with per-layer scales)")
+        elif kv_cache_dtype in FP8_KV_DTYPES and self.prefill_fn is None and _on_cuda():
+            why = _fp8_prefill_refusal(kv_cache_dtype)
+            if why is None:
+                from vllm.v1.attention.backends.fa_utils import flash_attn_supports_kv_cache_dtype
+
+                if not flash_attn_supports_kv_cache_dtype(
+                        kv_cache_dtype, head_size=head_size, head_size_v=head_size,
+                        requires_softcap=bool(logits_soft_cap), supports_fa4_hd256=True):
+                    why = (f"kv_cache_dtype {kv_cache_dtype!r} on this GPU (prefill tokens run "
+                           f"on vLLM's FlashAttention, which reads fp8 KV only with FA3 on SM90 "
+                           f"or FA4 on SM100)")
+            if why is not None:
+                refuse.append(why)
         if head_size not in HEAD_SIZES:
             refuse.append(f"head_size {head_size} (kernels for {HEAD_SIZES})")
         if refuse:
@@ -248,6 +322,8 @@ class TreeAttnImpl(AttentionImpl[TreeAttnMetadata]):
             raise ValueError(f"num_heads: {num_heads} is not a multiple of num_kv_heads "
                              f"{self.num_kv_heads}")
         self.kv_cache_dtype = kv_cache_dtype
+        #: float8 type of the cache's bytes (None: a float16 / bfloat16 cache)
+        self.fp8_dtype = FP8_KV_DTYPES.get(kv_cache_dtype)
         self.attn_type = attn_type
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self._init_args = (num_heads, head_size, scale, self.num_kv_heads, alibi_slopes,
@@ -266,24 +342,43 @@ class TreeAttnImpl(AttentionImpl[TreeAttnMetadata]):
             return output.fill_(0)
         md = attn_metadata
         k_cache, v_cache = split_packed_kv(kv_cache, self.head_size)
+        k_scale = v_scale = None
+        if self.fp8_dtype is not None:  # vLLM's uint8 cache read as float8, scaled per layer
+            k_cache, v_cache = k_cache.view(self.fp8_dtype), v_cache.view(self.fp8_dtype)
+            k_scale, v_scale = layer._k_scale, layer._v_scale
         nd = md.num_decode_tokens
         if nd:
-            treeattn.decode(query[:nd], k_cache, v_cache, md.plan, out=output[:nd],
-                            sm_scale=self.scale)
+            if k_scale is None:
+                treeattn.decode(query[:nd], k_cache, v_cache, md.plan, out=output[:nd],
+                                sm_scale=self.scale)
+            else:
+                treeattn.decode(query[:nd], k_cache, v_cache, md.plan, out=output[:nd],
+                                sm_scale=self.scale, k_scale=k_scale, v_scale=v_scale)
         if md.num_prefills:
             q = query[nd:md.num_actual_tokens]
             out = output[nd:md.num_actual_tokens]
             if self.prefill_fn is not None:
-                self.prefill_fn(q, k_cache, v_cache, md.prefill, out, self.scale)
+                self.prefill_fn(q, k_cache, v_cache, md.prefill, out, self.scale, k_scale,
+                                v_scale)
             elif query.device.type != "cuda":
                 raise NotImplementedError(
                     "treeattn vLLM backend: prefill tokens run on vLLM's FlashAttention, which "
                     "needs CUDA tensors; set TreeAttnImpl.prefill_fn to run them elsewhere")
             else:
-                self._flash_impl().forward(layer, q, key[nd:md.num_actual_tokens],
-                                           value[nd:md.num_actual_tokens], kv_cache,
-                                           md.prefill_fa, out)
+                self._flash_prefill(layer, q, key[nd:md.num_actual_tokens],
+                                    value[nd:md.num_actual_tokens], kv_cache, md.prefill_fa, out)
         return output
+
+    def _flash_prefill(self, layer, q, key, value, kv_cache, fa_metadata, out) -> None:
+        """The prefill tokens on FlashAttentionImpl (vLLM's packed cache as it is, uint8 for
+        fp8: FlashAttentionImpl views it as fp8 and descales with the layer's scales)."""
+        fa = self._flash_impl()
+        if self.fp8_dtype is not None and fa.supports_quant_query_input:
+            # FA3 reads an fp8 cache with an fp8 query (q_descale = layer._q_scale); vLLM's
+            # attention layer quantizes the query only for an impl that says it takes one, and
+            # this one does not (treeattn's decode takes float16 / bfloat16 queries)
+            q = _quantize_query(q, layer._q_scale)
+        fa.forward(layer, q, key, value, kv_cache, fa_metadata, out)
 
     def do_kv_cache_update(self, layer, key: torch.Tensor, value: torch.Tensor,
                            kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
@@ -299,8 +394,15 @@ class TreeAttnImpl(AttentionImpl[TreeAttnMetadata]):
         slots = slot_mapping.long()
         keep = slots >= 0  # negative slots: padding tokens, not written
         pages, offs = slots[keep] // P, slots[keep] % P
-        k_cache[pages, offs] = key[:n][keep].to(k_cache.dtype)
-        v_cache[pages, offs] = value[:n][keep].to(v_cache.dtype)
+        if self.fp8_dtype is None:
+            k_cache[pages, offs] = key[:n][keep].to(k_cache.dtype)
+            v_cache[pages, offs] = value[:n][keep].to(v_cache.dtype)
+            return
+        # vLLM's fp8 write: x / scale, saturated to the type's largest finite value
+        big = torch.finfo(self.fp8_dtype).max
+        for cache, x, s in ((k_cache, key, layer._k_scale), (v_cache, value, layer._v_scale)):
+            x8 = (x[:n][keep].float() / s).clamp(-big, big).to(self.fp8_dtype)
+            cache[pages, offs] = x8.view(torch.uint8)
 
     def _flash_impl(self):
         if self._fa_impl is None:
@@ -309,3 +411,19 @@ class TreeAttnImpl(AttentionImpl[TreeAttnMetadata]):
             self._fa_impl = FlashAttentionImpl(*self._init_args)
         return self._fa_impl
 
+
+
+def _on_cuda() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cuda()
+
+
+def _quantize_query(q: torch.Tensor, q_scale: torch.Tensor) -> torch.Tensor:
+    """q [tokens, heads, head_size] as fp8 with the layer's static per-tensor q_scale (vLLM's
+    scaled_fp8_quant, as vLLM's FlashInfer backend quantizes its query)."""
+    from vllm import _custom_ops as ops
+
+    t = q.reshape(q.shape[0], -1)
+    q8, _ = ops.scaled_fp8_quant(t, scale=q_scale)
+    return q8.view(q.shape)
