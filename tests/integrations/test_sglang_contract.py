@@ -16,7 +16,13 @@ tests/integrations/test_sglang_contract.py -q).
   cache, forks, finished requests, extend and mixed batches), at page size 1 and 8. Decode runs
   treeattn's CPU executor through the serving core; extend and mixed batches run SGLang's
   torch_native backend (the plugin's prefill delegate on the CPU). The model runner is a
-  stand-in holding the attributes a backend reads (no model is loaded).
+  stand-in holding the attributes a backend reads (no model is loaded);
+* fp8 KV (--kv-cache-dtype fp8_e4m3 / fp8_e5m2: SGLang's pool in float8, stored as uint8): the
+  configuration is accepted and planned for 1-byte KV; decode reads the layer's k_scale /
+  v_scale (its parameters in place, None = 1) and matches the float64 reference on the
+  dequantized cache with scales != 1 (changed midway), with a scale-applying prefill stand-in;
+  at scale 1 the real torch_native delegate runs extend on the fp8 pool; a layer with scales
+  != 1 and the scale-blind torch_native delegate is refused.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ from sglang.srt.layers.attention.base_attn_backend import AttentionBackend  # no
 from sglang.srt.layers.radix_attention import AttentionType, RadixAttention  # noqa: E402
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import (  # noqa: E402
+    KVWriteLoc, MHATokenToKVPool, ReqToTokenPool)
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
@@ -48,6 +55,8 @@ import treeattn.integrations.sglang as plugin  # noqa: E402
 
 H, HK, D, LAYERS = 4, 2, 64, 2
 SCALE = 0.1  # not the default 1/sqrt(head_dim), so a dropped scale fails
+#: SGLang's --kv-cache-dtype fp8 names -> its pool dtypes
+FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 
 @pytest.fixture(scope="module")
@@ -86,14 +95,19 @@ def test_plugin_loads_through_sglang(backend_cls, monkeypatch):
     assert set(sgl_plugins.load_plugins_by_group("sglang.srt.plugins")) == {"treeattn"}
 
 
-def test_cli_accepts_the_backend(backend_cls, tmp_path):
-    from sglang.srt.server_args import prepare_server_args
-
-    (tmp_path / "config.json").write_text(json.dumps({
+def write_model_config(folder):
+    """A model folder's config.json (a small Llama) for SGLang's command-line parser."""
+    (folder / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H * D,
         "num_attention_heads": H, "num_key_value_heads": HK, "head_dim": D,
         "intermediate_size": 512, "num_hidden_layers": LAYERS, "vocab_size": 1000,
         "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "torch_dtype": "float16"}))
+
+
+def test_cli_accepts_the_backend(backend_cls, tmp_path):
+    from sglang.srt.server_args import prepare_server_args
+
+    write_model_config(tmp_path)
     args = prepare_server_args(["--model-path", str(tmp_path), "--attention-backend",
                                 "treeattn", "--disable-decode-cuda-graph"])
     assert args.attention_backend == "treeattn"
@@ -127,13 +141,16 @@ def test_signatures_match_pinned_base_class(backend_cls):
 # ---- a model runner stand-in over SGLang's own CPU pools
 
 
-def make_runner(page_size, size=4096, max_reqs=64, max_ctx=512, head_dim=D, **over):
-    pool = MHATokenToKVPool(size, page_size, torch.float16, HK, head_dim, LAYERS, "cpu", False)
+def make_runner(page_size, size=4096, max_reqs=64, max_ctx=512, head_dim=D,
+                kv_dtype=torch.float16, **over):
+    """kv_dtype: the pool's dtype, as SGLang makes it from --kv-cache-dtype (fp8_e4m3 ->
+    torch.float8_e4m3fn, fp8_e5m2 -> torch.float8_e5m2; stored as uint8)."""
+    pool = MHATokenToKVPool(size, page_size, kv_dtype, HK, head_dim, LAYERS, "cpu", False)
     runner = SimpleNamespace(
         model_config=SimpleNamespace(is_encoder_decoder=False), use_mla_backend=False,
         sliding_window_size=None, is_hybrid_swa=False, attention_chunk_size=None,
         spec_algorithm=SpeculativeAlgorithm.from_string(None), is_draft_worker=False,
-        dtype=torch.float16, kv_cache_dtype=torch.float16, token_to_kv_pool=pool,
+        dtype=torch.float16, kv_cache_dtype=kv_dtype, token_to_kv_pool=pool,
         req_to_token_pool=ReqToTokenPool(max_reqs, max_ctx, "cpu", False),
         page_size=page_size, device="cpu", prefill_attention_backend_str="treeattn",
         decode_attention_backend_str="treeattn", init_new_workspace=False)
@@ -142,15 +159,39 @@ def make_runner(page_size, size=4096, max_reqs=64, max_ctx=512, head_dim=D, **ov
     return runner
 
 
-def layers():
-    return [RadixAttention(H, D, SCALE, HK, i) for i in range(LAYERS)]
+def layers(scales=None):
+    """The model's attention layers; scales: per layer None (no fp8 scales, as a model without
+    a quantization config has) or (k_scale, v_scale), set as SGLang's BaseKVCacheMethod does
+    (float32 parameters k_scale / v_scale, floats k_scale_float / v_scale_float)."""
+    out = []
+    for i in range(LAYERS):
+        layer = RadixAttention(H, D, SCALE, HK, i)
+        if scales is not None and scales[i] is not None:
+            ks, vs = scales[i]
+            layer.k_scale = torch.nn.Parameter(torch.tensor(ks, dtype=torch.float32),
+                                               requires_grad=False)
+            layer.v_scale = torch.nn.Parameter(torch.tensor(vs, dtype=torch.float32),
+                                               requires_grad=False)
+            layer.k_scale_float, layer.v_scale_float = float(ks), float(vs)
+        out.append(layer)
+    return out
+
+
+def scale_of(layer, which):
+    """The scale the cache of the layer is dequantized with now (its tensor's value; 1 when
+    it has none)."""
+    t = getattr(layer, f"{which}_scale")
+    return 1.0 if t is None else float(t)
 
 
 @pytest.mark.parametrize("over,word", [
     ({"use_mla_backend": True}, "MLA"),
     ({"sliding_window_size": 4096}, "sliding window"),
     ({"model_config": SimpleNamespace(is_encoder_decoder=True)}, "encoder-decoder"),
-    ({"kv_cache_dtype": torch.float8_e4m3fn}, "fp8"),
+    ({"kv_cache_dtype": torch.float8_e4m3fnuz, "kv_dtype": torch.float8_e4m3fnuz},
+     "kv cache dtype torch.float8_e4m3fnuz"),
+    ({"kv_cache_dtype": torch.float8_e4m3fn}, "KV pool dtype torch.float16 != "),
+    ({"kv_cache_dtype": torch.float32}, "kv cache dtype torch.float32"),
     ({"dtype": torch.float32}, "dtype torch.float32"),
     ({"spec_algorithm": SpeculativeAlgorithm.from_string("EAGLE")}, "speculative decoding"),
     ({"attention_chunk_size": 8192}, "chunked local attention"),
@@ -158,8 +199,10 @@ def layers():
     ({"head_dim": 96}, "head_dim 96"),
 ])
 def test_construction_refuses(backend_cls, over, word):
+    over = dict(over)
+    kv_dtype = over.pop("kv_dtype", torch.float16)
     with pytest.raises(NotImplementedError, match=word):
-        ATTENTION_BACKENDS["treeattn"](make_runner(1, size=256, **over))
+        ATTENTION_BACKENDS["treeattn"](make_runner(1, size=256, kv_dtype=kv_dtype, **over))
 
 
 @pytest.mark.parametrize("kw,word", [
@@ -250,11 +293,12 @@ def extend_batch(mode, idx, prefix, lens, slots):
                         extend_num_tokens=sum(ext))
 
 
-def reference(pool, layer_id, req_to_token, idx, prefix, lens, q):
+def reference(pool, layer_id, req_to_token, idx, prefix, lens, q, k_scale=1.0, v_scale=1.0):
     """Float64: query token j of request i (position prefix[i] + j) attends the KV of the slots
-    req_to_token[idx[i], :position + 1]."""
-    k = pool.get_key_buffer(layer_id).double().numpy()
-    v = pool.get_value_buffer(layer_id).double().numpy()
+    req_to_token[idx[i], :position + 1]. An fp8 pool is dequantized: K = k_scale x the stored
+    value (SGLang's set_kv_buffer stores k / k_scale), V likewise."""
+    k = pool.get_key_buffer(layer_id).double().numpy() * k_scale
+    v = pool.get_value_buffer(layer_id).double().numpy() * v_scale
     q = q.double().numpy().reshape(-1, H, D)
     out = np.empty_like(q)
     t = 0
@@ -282,10 +326,10 @@ class Scheduler:
         self.P = P = runner.page_size
         self.rtp, self.pool = runner.req_to_token_pool, runner.token_to_kv_pool
         if P == 1:
-            self.alloc = TokenToKVPoolAllocator(self.pool.size, torch.float16, "cpu", self.pool,
-                                                need_sort=False)
+            self.alloc = TokenToKVPoolAllocator(self.pool.size, self.pool.dtype, "cpu",
+                                                self.pool, need_sort=False)
         else:
-            self.alloc = PagedTokenToKVPoolAllocator(self.pool.size, P, torch.float16, "cpu",
+            self.alloc = PagedTokenToKVPoolAllocator(self.pool.size, P, self.pool.dtype, "cpu",
                                                      self.pool, need_sort=False)
         self.running: dict = {}  # pool index -> length
         self.pages: dict = {}  # pool index -> pages it holds
@@ -354,7 +398,7 @@ class Scheduler:
             v = torch.from_numpy(self.rng.uniform(-1, 1, (T, HK, D))).half()
             out = backend.forward(q, k, v, layer, fb)
             ref = reference(self.pool, layer.layer_id, self.rtp.req_to_token, idx, prefix, lens,
-                            q)
+                            q, scale_of(layer, "k"), scale_of(layer, "v"))
             np.testing.assert_allclose(out.float().numpy(), ref, atol=4e-3)
         for i, p, n in rows:
             if i not in self.running and len(self.cached) < 3 and n >= 2 * P:
@@ -390,9 +434,13 @@ class Scheduler:
         return out.tolist()
 
 
-@pytest.mark.parametrize("page_size", [1, 8])
-def test_forward_matches_reference(backend_cls, page_size):
-    runner = make_runner(page_size)
+@pytest.mark.parametrize("kv,page_size", [("float16", 1), ("float16", 8), ("fp8_e4m3", 1),
+                                           ("fp8_e5m2", 8)])
+def test_forward_matches_reference(backend_cls, kv, page_size):
+    """fp8: a pool without scales (1.0, what SGLang uses when the checkpoint has none) with the
+    plugin's own prefill delegate on the CPU, SGLang's torch_native, which then runs the extend
+    and mixed batches on the fp8 pool; the reference reads the dequantized cache."""
+    runner = make_runner(page_size, kv_dtype=FP8.get(kv, torch.float16))
     backend = ATTENTION_BACKENDS["treeattn"](runner)
     assert isinstance(backend, backend_cls)
     assert type(backend.prefill_backend).__name__ == "TorchNativeAttnBackend"
@@ -409,3 +457,146 @@ def test_forward_matches_reference(backend_cls, page_size):
     tree = core.tree
     _, lens = tree.to_block_tables()
     assert sum(tree.node(v)["tokens"] for v in range(tree.num_nodes)) < sum(lens)
+
+
+# ---- fp8 KV cache (--kv-cache-dtype fp8_e4m3 / fp8_e5m2)
+
+
+@pytest.mark.parametrize("name", sorted(FP8))
+def test_fp8_configuration_accepted(backend_cls, tmp_path, name):
+    """SGLang's fp8 pool (float8 dtype, uint8 storage) is accepted: the serving core plans for
+    1-byte KV of that kind and decode reads the pool's buffers as the float8 dtype."""
+    from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
+
+    if name == "fp8_e4m3":  # SGLang's own mapping (it refuses fp8_e5m2 on a CPU platform)
+        _, dtype = configure_kv_cache_dtype(
+            server_args_kv_cache_dtype=name, model=None, model_dtype=torch.float16,
+            is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
+        assert dtype is torch.float8_e4m3fn
+    dtype = FP8[name]
+    runner = make_runner(1, size=256, kv_dtype=dtype)
+    pool = runner.token_to_kv_pool
+    assert pool.store_dtype == torch.uint8 and pool.k_buffer[0].dtype == torch.uint8
+    backend = ATTENTION_BACKENDS["treeattn"](runner)
+    assert backend.fp8 and backend._core_args["kv_dtype"] == name
+    fb = decode_batch([1], [1], [5])
+    runner.req_to_token_pool.write((1, slice(0, 1)), torch.tensor([5], dtype=torch.int32))
+    backend.init_forward_metadata(fb)
+    q = torch.zeros(1, H * D, dtype=torch.float16)
+    kv = torch.full((1, HK, D), 0.5, dtype=torch.float16)
+    out = backend.forward_decode(q, kv.clone(), kv.clone(), layers()[0], fb)
+    assert backend.cores[(H, HK, D)].plan.kv_dtype_bytes == 1
+    assert pool.get_key_buffer(0).dtype == dtype and pool.k_buffer[0][5].float().mean() > 0
+    torch.testing.assert_close(out.float(), torch.full((1, H * D), 0.5))
+    k_cache, _ = backend._kv_views(0)
+    assert k_cache.dtype == dtype and k_cache.data_ptr() == pool.k_buffer[0].data_ptr()
+    # the command line takes it with the backend
+    write_model_config(tmp_path)
+    from sglang.srt.server_args import prepare_server_args
+
+    args = prepare_server_args(["--model-path", str(tmp_path), "--attention-backend",
+                                "treeattn", "--disable-decode-cuda-graph", "--kv-cache-dtype",
+                                name])
+    assert args.attention_backend == "treeattn" and args.kv_cache_dtype == name
+
+
+def test_fp8_scales_reach_decode(backend_cls):
+    """Decode reads the layer's k_scale / v_scale parameters in place (a 1-element view of
+    the same memory, so a captured graph would replay with the value they hold then), falls
+    back to the floats, and takes None as 1."""
+    runner = make_runner(1, size=256, kv_dtype=torch.float8_e4m3fn)
+    backend = ATTENTION_BACKENDS["treeattn"](runner)
+    scaled, plain = layers([(0.37, 1.7), None])
+    cache = backend._kv_views(0)[0]
+    ks = backend._scale(scaled, "k", cache)
+    assert ks.shape == (1,) and ks.data_ptr() == scaled.k_scale.data_ptr()
+    scaled.k_scale.data.fill_(0.5)
+    assert float(ks) == 0.5
+    assert backend._scale(plain, "k", cache) is None and backend._scale(plain, "v", cache) is None
+    scaled.v_scale = torch.nn.Parameter(torch.tensor(2.0, dtype=torch.float64))  # not float32
+    assert backend._scale(scaled, "v", cache) == 1.7  # the float
+
+
+@pytest.mark.parametrize("name", sorted(FP8))
+def test_fp8_decode_writes_with_the_scales(backend_cls, name):
+    """forward_decode stores the token's k / k_scale and v / v_scale (SGLang's convention), so
+    scale x stored value gives back K and V up to the fp8 rounding."""
+    runner = make_runner(1, size=256, kv_dtype=FP8[name])
+    backend = backend_cls(runner, prefill_backend=ScaledPrefill(runner))
+    layer = layers([(0.37, 1.7), None])[0]
+    fb = decode_batch([1], [1], [5])
+    runner.req_to_token_pool.write((1, slice(0, 1)), torch.tensor([5], dtype=torch.int32))
+    backend.init_forward_metadata(fb)
+    g = torch.Generator().manual_seed(0)
+    k = (torch.rand(1, HK, D, generator=g) * 2 - 1).half()
+    v = (torch.rand(1, HK, D, generator=g) * 2 - 1).half()
+    q = torch.zeros(1, H * D, dtype=torch.float16)
+    backend.forward_decode(q, k.clone(), v.clone(), layer, fb)
+    pool = runner.token_to_kv_pool
+    rel = 2.0 ** -4 if name == "fp8_e4m3" else 2.0 ** -3
+    for buf, x, sc in ((pool.get_key_buffer(0), k, 0.37), (pool.get_value_buffer(0), v, 1.7)):
+        got = buf[5].double() * sc
+        assert torch.all((got - x.double()).abs() <= rel * x.double().abs() + 1e-3 * sc)
+        assert not torch.allclose(buf[5].double(), x.double(), atol=1e-2)  # scaled, not raw
+
+
+def test_fp8_scales_with_a_scale_blind_prefill_refused(backend_cls):
+    """torch_native writes and reads the fp8 cache without the layer's scales: a layer whose
+    scales are not 1 is refused (its prefill KV would be stored unscaled), scale 1 is not."""
+    backend = ATTENTION_BACKENDS["treeattn"](make_runner(1, size=256,
+                                                         kv_dtype=torch.float8_e5m2))
+    assert type(backend.prefill_backend).__name__ == "TorchNativeAttnBackend"
+    scaled, ones = layers([(0.37, 1.0), (1.0, 1.0)])
+    q = torch.zeros(1, H * D, dtype=torch.float16)
+    for fwd in (backend.forward_decode, backend.forward_extend):
+        with pytest.raises(NotImplementedError,
+                           match=r"fp8 KV scales \[0.37.*TorchNativeAttnBackend.*"
+                                 r"TREEATTN_SGLANG_PREFILL"):
+            fwd(q, None, None, scaled, None)
+    backend._check_layer(ones)  # scale 1: accepted
+
+
+class ScaledPrefill(AttentionBackend):
+    """Stand-in for a prefill backend that applies the fp8 scales (flashinfer, fa3, triton:
+    GPU only): writes the batch's K/V as SGLang's flashinfer backend does
+    (set_kv_buffer(..., layer.k_scale, layer.v_scale), which stores k / k_scale) and answers
+    the float64 attention on the dequantized cache."""
+
+    def __init__(self, runner):
+        super().__init__()
+        self.pool, self.rtp = runner.token_to_kv_pool, runner.req_to_token_pool
+
+    def init_forward_metadata(self, forward_batch):
+        self.fb = forward_batch
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        fb = forward_batch
+        if save_kv_cache:
+            self.pool.set_kv_buffer(layer, KVWriteLoc.for_batch(fb), k.clone(), v.clone(),
+                                    layer.k_scale, layer.v_scale)
+        idx = fb.req_pool_indices.tolist()
+        out = reference(self.pool, layer.layer_id, self.rtp.req_to_token, idx,
+                        fb.extend_prefix_lens_cpu, fb.seq_lens_cpu.tolist(), q,
+                        scale_of(layer, "k"), scale_of(layer, "v"))
+        return torch.from_numpy(out).to(q.dtype)
+
+
+@pytest.mark.parametrize("name,page_size", [("fp8_e4m3", 8), ("fp8_e5m2", 1)])
+def test_fp8_forward_matches_reference(backend_cls, name, page_size):
+    """The scheduler run on an fp8 pool with scales != 1 (layer 0: parameters and floats;
+    layer 1: none, i.e. 1): decode matches the float64 reference on the dequantized cache
+    (scale x stored value). Midway layer 0's scale parameters change in place (the floats go
+    stale): decode follows the parameters, as a captured graph would."""
+    runner = make_runner(page_size, kv_dtype=FP8[name])
+    backend = backend_cls(runner, prefill_backend=ScaledPrefill(runner))
+    sched = Scheduler(runner, seed=3 + page_size)
+    lays = layers([(0.37, 1.7), None])
+    for step in range(50):
+        if step == 25:
+            lays[0].k_scale.data.fill_(0.61)
+            lays[0].v_scale.data.fill_(2.5)
+        sched.step(backend, lays)
+    s = sched.stats
+    assert s["DECODE"] >= 15 and s["EXTEND"] >= 4, s
+    core = backend.cores[(H, HK, D)]
+    assert core.plan.kv_dtype_bytes == 1 and core.sync.counts["incremental"] > 0

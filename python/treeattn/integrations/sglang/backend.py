@@ -14,6 +14,14 @@ What runs where, per forward batch:
   (default ``flashinfer`` on CUDA, ``torch_native`` on the CPU), built through SGLang's own
   registry and called for the metadata and the forward.
 
+fp8 KV (``--kv-cache-dtype fp8_e4m3`` / ``fp8_e5m2``): SGLang's MHATokenToKVPool keeps the
+cache as uint8 (``store_dtype``) and hands it out as float8_e4m3fn / float8_e5m2; the serving core
+plans for that kv_dtype, forward_decode writes the token with the layer's scales
+(``set_kv_buffer(..., layer.k_scale, layer.v_scale)``: the pool stores k / k_scale) and decodes
+with them (the layer's float32 ``k_scale`` / ``v_scale`` device tensors when present, else
+``k_scale_float`` / ``v_scale_float``, else 1.0). Prefill delegates that ignore the scales
+(torch_native, flex_attention, wave) are refused for a layer whose scales are not 1.
+
 Host cost: one device-to-host copy per decode step (the first slot of each page of the batch's
 ``req_to_token`` rows, :func:`treeattn.serving.token_table.page_table`), since SGLang keeps that
 table on the device only; sequence lengths come from ``forward_batch.seq_lens_cpu``.
@@ -44,8 +52,14 @@ from . import BACKEND_NAME, load_config
 
 __all__ = ["TreeAttnBackend"]
 
-#: KV element types treeattn's kernels read
+#: model (q / output) element types treeattn's kernels take
 KV_DTYPES = (torch.float16, torch.bfloat16)
+#: SGLang's fp8 KV pool dtypes (--kv-cache-dtype fp8_e4m3 / fp8_e5m2) -> treeattn's kv_dtype
+FP8_KV_DTYPES = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}
+#: SGLang prefill backends that neither write the fp8 cache with the layer's k_scale / v_scale
+#: nor read it with them (they store and attend x instead of x / scale): with an fp8 pool and a
+#: scale other than 1 the decode side would read their KV wrong, so that combination is refused
+SCALE_BLIND_PREFILL = ("TorchNativeAttnBackend", "TorchFlexAttnBackend", "WaveAttnBackend")
 #: SGLang KV pool layouts read in place: token-major NHD ([slots, heads, dim]) and page-major
 #: HND ([pages, heads, page_size, dim], SGLANG_USE_HND_KVCACHE)
 KV_LAYOUTS = ("nhd", "hnd")
@@ -75,13 +89,20 @@ def _refusals(model_runner: Any) -> list:
     if model_runner.dtype not in KV_DTYPES:
         out.append(f"dtype {model_runner.dtype} (float16 / bfloat16 only)")
     kv = getattr(model_runner, "kv_cache_dtype", model_runner.dtype)
-    if kv not in KV_DTYPES:
-        out.append(f"kv cache dtype {kv} (float16 / bfloat16 KV only; no fp8 / fp4)")
+    if kv not in KV_DTYPES and kv not in FP8_KV_DTYPES:
+        out.append(f"kv cache dtype {kv} (float16 / bfloat16, or fp8_e4m3 / fp8_e5m2 as "
+                   f"float8_e4m3fn / float8_e5m2; no float8_e4m3fnuz, mxfp8 or fp4)")
     pool = model_runner.token_to_kv_pool
     if type(pool) is not MHATokenToKVPool:
         out.append(f"KV pool {type(pool).__name__} (MHATokenToKVPool only: no hybrid, "
                    f"quantized or unified pools)")
     else:
+        if pool.dtype != kv:
+            out.append(f"KV pool dtype {pool.dtype} != the model runner's kv cache dtype {kv}")
+        if getattr(pool, "is_quantized_kv_cache", False):
+            out.append(f"quantized KV cache method "
+                       f"{getattr(pool.quant_method, 'name', type(pool.quant_method).__name__)!r}"
+                       f" (block-scaled / fp4 caches; plain fp8 with per-layer scales only)")
         if pool.kv_cache_layout not in KV_LAYOUTS:
             out.append(f"KV cache layout {pool.kv_cache_layout!r} (nhd / hnd only)")
         if pool.head_dim not in HEAD_SIZES:
@@ -122,10 +143,13 @@ class TreeAttnBackend(AttentionBackend):
         self.num_pages = (pool.size + self.page_size) // self.page_size
         self.data_type = model_runner.dtype
         self.kv_cache_dtype = pool.dtype
+        #: fp8 pool: SGLang stores it as uint8 (store_dtype); decode reads it as this float8
+        #: dtype with the layer's k_scale / v_scale (cache value x stands for scale * x)
+        self.fp8 = pool.dtype in FP8_KV_DTYPES
         self._core_args = dict(
             num_pages=self.num_pages, device=self.device, planner=cfg["planner"],
-            preset=cfg["preset"] or preset_for(self.device), kv_dtype=pool.dtype,
-            headroom=cfg["headroom"])
+            preset=cfg["preset"] or preset_for(self.device),
+            kv_dtype=FP8_KV_DTYPES.get(pool.dtype, pool.dtype), headroom=cfg["headroom"])
         #: one serving core per attention shape (num_qo_heads, num_kv_heads, head_dim)
         self.cores: Dict[Tuple[int, int, int], ServingCore] = {}
         self._prepared: Dict[Tuple[int, int, int], int] = {}  # shape -> step it was prepared
@@ -195,8 +219,11 @@ class TreeAttnBackend(AttentionBackend):
         self._check_layer(layer)
         _refuse_kwargs("forward_decode", kwargs)
         if save_kv_cache and k is not None and v is not None:
+            # fp8 pool: set_kv_buffer stores k / k_scale (v / v_scale) rounded to fp8, in place
+            # in k and v as SGLang's flashinfer backend lets it; None scales mean 1
+            scales = (layer.k_scale, layer.v_scale) if self.fp8 else ()
             self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc.for_batch(forward_batch),
-                                                k, v)
+                                                k, v, *scales)
         shape = (layer.tp_q_head_num, layer.tp_k_head_num, layer.qk_head_dim)
         core = self._core(shape)
         H, _, D = shape
@@ -207,7 +234,12 @@ class TreeAttnBackend(AttentionBackend):
                              f"init_forward_metadata has {rows} rows")
         k_cache, v_cache = self._kv_views(layer.layer_id)
         out = q3.new_empty(q3.shape)
-        core.decode(q3, k_cache, v_cache, out=out, sm_scale=layer.scaling)
+        if self.fp8:
+            core.decode(q3, k_cache, v_cache, out=out, sm_scale=layer.scaling,
+                        k_scale=self._scale(layer, "k", k_cache),
+                        v_scale=self._scale(layer, "v", k_cache))
+        else:
+            core.decode(q3, k_cache, v_cache, out=out, sm_scale=layer.scaling)
         return out.view(-1, H * D)
 
     def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -237,11 +269,29 @@ class TreeAttnBackend(AttentionBackend):
             self._prepared[shape] = self._step
         return core
 
+    @staticmethod
+    def _scale(layer: RadixAttention, which: str, cache: torch.Tensor) -> Any:
+        """The layer's fp8 dequantization scale for decode: its device tensor (``k_scale`` /
+        ``v_scale``, a float32 parameter that SGLang updates in place) as a 1-element view when
+        it lives on the cache's device, so a captured graph would replay with the value it holds
+        then; else the float (``k_scale_float``); None (1.0) when the layer has neither."""
+        t = getattr(layer, f"{which}_scale", None)
+        f = getattr(layer, f"{which}_scale_float", None)
+        if isinstance(t, torch.Tensor):
+            if t.numel() == 1 and t.dtype == torch.float32 and t.device == cache.device:
+                return t.detach().view(1)
+            if f is None:
+                f = float(t)
+        return None if f is None else float(f)
+
     def _kv_views(self, layer_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The layer's K and V as [num_pages, page_size, num_kv_heads, head_dim] views."""
+        """The layer's K and V as [num_pages, page_size, num_kv_heads, head_dim] views (an fp8
+        pool's uint8 storage viewed as its float8 dtype)."""
         P, n = self.page_size, self.num_pages
         k = self.token_to_kv_pool.get_key_buffer(layer_id)
         v = self.token_to_kv_pool.get_value_buffer(layer_id)
+        if k.dtype != self.kv_cache_dtype:  # e.g. the uint8 store_dtype of an fp8 pool
+            k, v = k.view(self.kv_cache_dtype), v.view(self.kv_cache_dtype)
         if self.hnd:  # [pages, heads, page_size, dim]
             return k.transpose(1, 2), v.transpose(1, 2)
         return (k[: n * P].view(n, P, *k.shape[1:]), v[: n * P].view(n, P, *v.shape[1:]))
@@ -265,10 +315,29 @@ class TreeAttnBackend(AttentionBackend):
         if layer.tp_q_head_num % layer.tp_k_head_num:
             refuse.append(f"{layer.tp_q_head_num} query heads over {layer.tp_k_head_num} KV "
                           f"heads")
+        if self.fp8 and self.prefill_backend is not None and \
+                type(self.prefill_backend).__name__ in SCALE_BLIND_PREFILL:
+            scales = [s for s in (_scale_value(layer, "k"), _scale_value(layer, "v"))
+                      if s != 1.0]
+            if scales:
+                refuse.append(
+                    f"fp8 KV scales {scales} with the prefill backend "
+                    f"{type(self.prefill_backend).__name__}, which writes and reads the fp8 "
+                    f"cache without them (set TREEATTN_SGLANG_PREFILL to a backend that applies "
+                    f"k_scale / v_scale: flashinfer, fa3, triton, trtllm_mha)")
         if refuse:
             raise NotImplementedError(f"treeattn SGLang backend: layer {layer.layer_id}: " +
                                       "; ".join(refuse))
         self._checked_layers.add(layer.layer_id)
+
+
+def _scale_value(layer: RadixAttention, which: str) -> float:
+    """The layer's k / v fp8 scale as a float (1.0 when it has none)."""
+    f = getattr(layer, f"{which}_scale_float", None)
+    if f is None:
+        t = getattr(layer, f"{which}_scale", None)
+        f = 1.0 if t is None else float(t)
+    return float(f)
 
 
 def _refuse_kwargs(where: str, kwargs: Dict[str, Any]) -> None:
