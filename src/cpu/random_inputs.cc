@@ -33,23 +33,11 @@ void fill(std::vector<float>* v, const RandomValueStream& s, const RandomInputSp
   for (uint64_t i = 0; i < n; ++i) (*v)[i] = rounded(s, spec, t, i);
 }
 
-/// The spec's KV storage: a known KvDType, and for fp8 scales that are finite and > 0.
-void check_kv_spec(const RandomInputSpec& spec) {
-  TA_CHECK_ARG(spec.kv_dtype == KvDType::kSame || is_fp8(spec.kv_dtype), "kv_dtype",
-               "unknown KV dtype ", static_cast<int>(spec.kv_dtype));
-  if (!is_fp8(spec.kv_dtype)) return;
-  TA_CHECK_ARG(std::isfinite(spec.k_scale) && spec.k_scale > 0.f, "k_scale",
-               "must be finite and > 0, got ", spec.k_scale);
-  TA_CHECK_ARG(std::isfinite(spec.v_scale) && spec.v_scale > 0.f, "v_scale",
-               "must be finite and > 0, got ", spec.v_scale);
-}
-
 }  // namespace
 
 RandomInputs random_inputs(const PrefixTree& tree, const RandomInputSpec& spec) {
   TA_CHECK_ARG(tree.num_pages >= 0, "tree.num_pages", "must be >= 0, got ", tree.num_pages);
   check_page_size(tree.page_size, "tree.page_size");
-  check_kv_spec(spec);
   const RandomValueStream s =
       random_value_stream(spec, tree.num_queries(), tree.num_pages, tree.page_size);
   RandomInputs r;
@@ -73,7 +61,6 @@ HostAttentionInputs host_inputs(const RandomInputs& data, int32_t num_qo_heads,
 OracleSample oracle_sample(const PrefixTree& tree, const RandomInputSpec& spec, int32_t k,
                            double max_work) {
   validate(tree);
-  check_kv_spec(spec);
   const RandomValueStream s =
       random_value_stream(spec, tree.num_queries(), tree.num_pages, tree.page_size);
   const int64_t H = spec.num_qo_heads, D = spec.head_dim;

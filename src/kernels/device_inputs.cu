@@ -20,26 +20,28 @@ void check(cudaError_t e, const char* what) {
     throw std::runtime_error(std::string("DeviceInputs: ") + what + ": " + cudaGetErrorString(e));
 }
 
-__global__ void fill_kernel(uint16_t* dst, RandomValueStream values, InputTensor tensor,
-                            uint64_t count, bool bf16, uint64_t chunk, uint64_t chunk_stride) {
-  const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += step) {
-    const float x = values.value(tensor, i);
-    const uint16_t bits =
-        bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
-    dst[chunk == 0 ? i : (i / chunk) * chunk_stride + i % chunk] = bits;
+/// Encoders of the random values: fp16 / bf16 bits, or fp8 bits of value / scale.
+struct Encode16 {
+  bool bf16;
+  __device__ uint16_t operator()(float x) const {
+    return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x))
+                : __half_as_ushort(__float2half_rn(x));
   }
-}
+};
+struct EncodeFp8 {
+  KvDType type;
+  float scale;
+  __device__ uint8_t operator()(float x) const { return float_to_fp8_bits(x / scale, type); }
+};
 
-__global__ void fill_fp8_kernel(uint8_t* dst, RandomValueStream values, InputTensor tensor,
-                                uint64_t count, KvDType type, float scale, uint64_t chunk,
-                                uint64_t chunk_stride) {
+/// dst[i] (or, with chunk > 0, dst[(i / chunk) * chunk_stride + i % chunk]) = encode(value i).
+template <class Elem, class Encode>
+__global__ void fill_kernel(Elem* dst, RandomValueStream values, InputTensor tensor, uint64_t count,
+                            Encode encode, uint64_t chunk, uint64_t chunk_stride) {
   const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += step)
-    dst[chunk == 0 ? i : (i / chunk) * chunk_stride + i % chunk] =
-        float_to_fp8_bits(values.value(tensor, i) / scale, type);
+    dst[chunk == 0 ? i : (i / chunk) * chunk_stride + i % chunk] = encode(values.value(tensor, i));
 }
 
 void free_buffer(void* p) {
@@ -63,7 +65,8 @@ void fill_random_values(uint16_t* dst, const RandomValueStream& values, InputTen
                         uint64_t count, bool bf16, cudaStream_t stream, uint64_t chunk,
                         uint64_t chunk_stride) {
   if (count == 0) return;
-  fill_kernel<<<2048, 256, 0, stream>>>(dst, values, tensor, count, bf16, chunk, chunk_stride);
+  fill_kernel<<<2048, 256, 0, stream>>>(dst, values, tensor, count, Encode16{bf16}, chunk,
+                                        chunk_stride);
   check(cudaGetLastError(), "fill kernel launch");
 }
 
@@ -73,8 +76,8 @@ void fill_random_values_fp8(uint8_t* dst, const RandomValueStream& values, Input
   TA_CHECK_ARG(is_fp8(type), "type", "must be an fp8 KvDType, got ", kv_dtype_name(type));
   TA_CHECK_ARG(std::isfinite(scale) && scale > 0.f, "scale", "must be finite and > 0, got ", scale);
   if (count == 0) return;
-  fill_fp8_kernel<<<2048, 256, 0, stream>>>(dst, values, tensor, count, type, scale, chunk,
-                                            chunk_stride);
+  fill_kernel<<<2048, 256, 0, stream>>>(dst, values, tensor, count, EncodeFp8{type, scale}, chunk,
+                                        chunk_stride);
   check(cudaGetLastError(), "fill kernel launch");
 }
 
@@ -89,12 +92,7 @@ void DeviceInputs::fill(const PrefixTree& tree, const RandomInputSpec& spec, KvL
   const int64_t H = spec.num_qo_heads, KH = spec.num_kv_heads, D = spec.head_dim;
   const int64_t P = tree.page_size;
   const uint64_t lse_elems = static_cast<uint64_t>(tree.num_queries()) * H;
-  const bool kv8 = is_fp8(spec.kv_dtype);
-  TA_CHECK_ARG(spec.kv_dtype == KvDType::kSame || kv8, "kv_dtype", "must be a KvDType, got ",
-               static_cast<int>(spec.kv_dtype));
-  for (const float sc : {spec.k_scale, spec.v_scale})
-    TA_CHECK_ARG(std::isfinite(sc) && sc > 0.f, sc == spec.k_scale ? "k_scale" : "v_scale",
-                 "must be finite and > 0, got ", sc);
+  const bool kv8 = is_fp8(spec.kv_dtype);  // the spec was checked by random_value_stream
   const uint64_t kv_bytes = kv8 ? 1 : 2;
   reserve(&q_.ptr, &q_.bytes, s.q_elems * 2, "queries");
   reserve(&kv_.ptr, &kv_.bytes, s.kv_elems * 2 * kv_bytes, "K/V pages");
@@ -106,7 +104,6 @@ void DeviceInputs::fill(const PrefixTree& tree, const RandomInputSpec& spec, KvL
   lse_elems_ = lse_elems;
 
   auto* q = static_cast<uint16_t*>(q_.ptr);
-  auto* kv = static_cast<uint16_t*>(kv_.ptr);
   fill_random_values(q, s, InputTensor::kQ, s.q_elems, spec.bf16, stream);
   args.dtype = spec.bf16 ? DType::kBFloat16 : DType::kFloat16;
   args.q = q;
@@ -122,31 +119,26 @@ void DeviceInputs::fill(const PrefixTree& tree, const RandomInputSpec& spec, KvL
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // `scales` is on the stack
     args.k_scale = dev_scales;
     args.v_scale = dev_scales + 1;
-    auto* kv8p = static_cast<uint8_t*>(kv_.ptr);
-    const uint64_t page_elems = static_cast<uint64_t>(P * KH * D);
-    const bool split = layout == KvLayout::kSplit;
-    // split: K then V; combined: page p's K at 2p pages, its V at 2p + 1
-    fill_random_values_fp8(kv8p, s, InputTensor::kK, s.kv_elems, spec.kv_dtype, spec.k_scale,
-                           stream, split ? 0 : page_elems, 2 * page_elems);
-    fill_random_values_fp8(kv8p + (split ? s.kv_elems : page_elems), s, InputTensor::kV, s.kv_elems,
-                           spec.kv_dtype, spec.v_scale, stream, split ? 0 : page_elems,
-                           2 * page_elems);
-    if (split)
-      set_kv_split(&args, kv8p, kv8p + s.kv_elems, split_kv_strides(P, KH, D));
-    else
-      set_kv_combined(&args, kv8p, combined_kv_strides(P, KH, D));
-  } else if (layout == KvLayout::kSplit) {
-    fill_random_values(kv, s, InputTensor::kK, s.kv_elems, spec.bf16, stream);
-    fill_random_values(kv + s.kv_elems, s, InputTensor::kV, s.kv_elems, spec.bf16, stream);
-    set_kv_split(&args, kv, kv + s.kv_elems, split_kv_strides(P, KH, D));
-  } else {  // page p's K at 2p pages, its V at 2p + 1
-    const uint64_t page_elems = static_cast<uint64_t>(P * KH * D);
-    fill_random_values(kv, s, InputTensor::kK, s.kv_elems, spec.bf16, stream, page_elems,
-                       2 * page_elems);
-    fill_random_values(kv + page_elems, s, InputTensor::kV, s.kv_elems, spec.bf16, stream,
-                       page_elems, 2 * page_elems);
-    set_kv_combined(&args, kv, combined_kv_strides(P, KH, D));
   }
+  // split: K then V; combined: page p's K at 2p pages, its V at 2p + 1
+  const bool split = layout == KvLayout::kSplit;
+  const uint64_t page_elems = static_cast<uint64_t>(P * KH * D);
+  const uint64_t chunk = split ? 0 : page_elems, v_off = split ? s.kv_elems : page_elems;
+  auto* kv = static_cast<unsigned char*>(kv_.ptr);
+  for (const InputTensor t : {InputTensor::kK, InputTensor::kV}) {
+    unsigned char* dst = kv + (t == InputTensor::kV ? v_off * kv_bytes : 0);
+    if (kv8)
+      fill_random_values_fp8(dst, s, t, s.kv_elems, spec.kv_dtype,
+                             t == InputTensor::kK ? spec.k_scale : spec.v_scale, stream, chunk,
+                             2 * page_elems);
+    else
+      fill_random_values(reinterpret_cast<uint16_t*>(dst), s, t, s.kv_elems, spec.bf16, stream,
+                         chunk, 2 * page_elems);
+  }
+  if (split)
+    set_kv_split(&args, kv, kv + s.kv_elems * kv_bytes, split_kv_strides(P, KH, D));
+  else
+    set_kv_combined(&args, kv, combined_kv_strides(P, KH, D));  // by args.kv_dtype
   args.out = out_.ptr;
   args.o_stride_query = H * D;
   args.o_stride_head = D;

@@ -47,41 +47,36 @@ struct DTypeTraits<DType::kBFloat16> {
   }
 };
 
-/// Eight fp8 elements of type kKv (bytes of `x`, first element in the lowest byte) as eight
-/// values of the dtype (first in the low half of .x): exact, both fp8 types being subsets of fp16
-/// and bf16. sm_89+ converts pairs with cvt.rn.f16x2.{e4m3,e5m2}x2 (bf16 through float); older
-/// targets decode each byte in software (fp8.h).
+/// Two fp8 elements of type kKv (the low byte of `pair` first) as two values of the dtype (the
+/// first in the low half): exact, both fp8 types being subsets of fp16 and bf16. sm_89+ converts
+/// with cvt.rn.f16x2.{e4m3,e5m2}x2 (bf16 through float); older targets decode each byte in
+/// software (fp8.h).
+template <class Traits, KvDType kKv>
+__device__ __forceinline__ uint32_t fp8x2_to_dtype(uint16_t pair) {
+  static_assert(is_fp8(kKv), "fp8 types only");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t h2;
+  if constexpr (kKv == KvDType::kFloat8E4M3)
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
+  else
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
+  if constexpr (std::is_same_v<typename Traits::T, __half>) return h2;
+  const float2 f = __half22float2(*reinterpret_cast<__half2*>(&h2));
+  return Traits::pack(f.x, f.y);
+#else
+  return Traits::pack(fp8_bits_to_float(static_cast<uint8_t>(pair & 0xFF), kKv),
+                      fp8_bits_to_float(static_cast<uint8_t>(pair >> 8), kKv));
+#endif
+}
+
+/// Eight fp8 elements (bytes of `x`, first element in the lowest byte) as eight dtype values
+/// (first in the low half of .x).
 template <class Traits, KvDType kKv>
 __device__ __forceinline__ uint4 fp8x8_to_dtype(uint2 x) {
-  static_assert(is_fp8(kKv), "fp8 types only");
-  uint32_t out[4];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  const uint32_t in[2] = {x.x, x.y};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint16_t pair = static_cast<uint16_t>(in[i >> 1] >> (16 * (i & 1)));
-    uint32_t h2;
-    if constexpr (kKv == KvDType::kFloat8E4M3)
-      asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
-    else
-      asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
-    if constexpr (std::is_same_v<typename Traits::T, __half>) {
-      out[i] = h2;
-    } else {
-      const float2 f = __half22float2(*reinterpret_cast<__half2*>(&h2));
-      out[i] = Traits::pack(f.x, f.y);
-    }
-  }
-#else
-  const uint32_t in[2] = {x.x, x.y};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t w = in[i >> 1] >> (16 * (i & 1));
-    out[i] = Traits::pack(fp8_bits_to_float(static_cast<uint8_t>(w & 0xFF), kKv),
-                          fp8_bits_to_float(static_cast<uint8_t>((w >> 8) & 0xFF), kKv));
-  }
-#endif
-  return make_uint4(out[0], out[1], out[2], out[3]);
+  const auto cvt = [](uint32_t w, int half) {
+    return fp8x2_to_dtype<Traits, kKv>(static_cast<uint16_t>(w >> (16 * half)));
+  };
+  return make_uint4(cvt(x.x, 0), cvt(x.x, 1), cvt(x.y, 0), cvt(x.y, 1));
 }
 
 /// Byte offset of 16-byte chunk `c` of row `r` in a [NR][head_dim] 16-bit tile stored as

@@ -19,9 +19,9 @@
 // every plan is checked and timed on each, back to back, and the JSON results carry
 // "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128 ran on).
 // --kv-dtype fp8_e4m3|fp8_e5m2 (with --k-scale/--v-scale) runs an fp8 KV cache: the inputs are
-// filled as fp8(value / scale), the scales sit in a 2-float device buffer that DecodeArgs'
-// k_scale/v_scale point at, the oracle sees the dequantized values, the plan and the floor count
-// 1 byte per KV element, and the JSON results carry "kv_dtype".
+// filled as fp8(value / scale) with the scales in device memory (DeviceInputs sets DecodeArgs'
+// kv_dtype, k_scale and v_scale), the oracle sees the dequantized values, the plan and the floor
+// count 1 byte per KV element, and the JSON results carry "kv_dtype".
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -181,7 +181,6 @@ struct Timer {
   size_t flush_bytes = 0;
   cudaEvent_t e0{}, e1{};
   cudaStream_t stream{};
-  float* scales = nullptr;  ///< device [k_scale, v_scale] of the current problem (fp8 KV)
 };
 
 /// Plans and uploads once, then per grouped kernel of `kernels` (set_grouped_kernel): checks once
@@ -216,10 +215,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   }
   DevicePlan dp;
   dp.upload(plan, tm.stream);
-  DecodeArgs a = in.args;
-  a.kv_dtype = pb.kv_dtype;
-  a.k_scale = is_fp8(pb.kv_dtype) ? tm.scales : nullptr;
-  a.v_scale = is_fp8(pb.kv_dtype) ? tm.scales + 1 : nullptr;
+  DecodeArgs a = in.args;  // with the fill's KV type and device scales
   const PlanStats stats = plan_stats(pb.tree, plan, g_device);
   results->clear();
   for (const GroupedKernel kernel : kernels) {
@@ -396,7 +392,6 @@ int bench_command(int argc, char** argv) {
   BENCH_CUDA(cudaEventCreate(&tm.e0));
   BENCH_CUDA(cudaEventCreate(&tm.e1));
   BENCH_CUDA(cudaStreamCreate(&tm.stream));
-  BENCH_CUDA(cudaMalloc(&tm.scales, 2 * sizeof(float)));
 
   std::vector<Result> results;
   std::printf("%-44s %-6s %-13s %9s %9s %6s %7s %9s %7s %9s\n", "workload", "heads", "planner",
@@ -409,9 +404,6 @@ int bench_command(int argc, char** argv) {
     spec.kv_dtype = pb.kv_dtype;
     spec.k_scale = pb.k_scale;
     spec.v_scale = pb.v_scale;
-    const float scales[2] = {pb.k_scale, pb.v_scale};
-    BENCH_CUDA(
-        cudaMemcpyAsync(tm.scales, scales, sizeof(scales), cudaMemcpyHostToDevice, tm.stream));
     DeviceInputs in;
     in.fill(t, spec, KvLayout::kSplit, /*with_lse=*/true, tm.stream);
     // floor
@@ -527,7 +519,6 @@ int bench_command(int argc, char** argv) {
   }
   if (timeline_file != nullptr) std::fclose(timeline_file);
   cudaFree(tm.flush);
-  cudaFree(tm.scales);
   cudaEventDestroy(tm.e0);
   cudaEventDestroy(tm.e1);
   cudaStreamDestroy(tm.stream);

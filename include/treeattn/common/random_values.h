@@ -56,7 +56,9 @@ struct RandomValueStream {
 
 /// The stream of `spec`'s inputs for a tree with `num_queries` queries and `num_pages` pages of
 /// `page_size` tokens. Throws std::invalid_argument naming "num_qo_heads", "num_kv_heads",
-/// "head_dim", "num_queries", "num_pages" or "page_size" when one is < 1 (< 0 for the counts).
+/// "head_dim", "num_queries", "num_pages" or "page_size" when one is < 1 (< 0 for the counts),
+/// "kv_dtype" when it is not a KvDType, "k_scale" / "v_scale" when an fp8 spec's scale is not
+/// finite and > 0.
 inline RandomValueStream random_value_stream(const RandomInputSpec& spec, int64_t num_queries,
                                              int64_t num_pages, int64_t page_size) {
   TA_CHECK_ARG(spec.num_qo_heads >= 1, "num_qo_heads", "must be >= 1, got ", spec.num_qo_heads);
@@ -65,6 +67,14 @@ inline RandomValueStream random_value_stream(const RandomInputSpec& spec, int64_
   TA_CHECK_ARG(num_queries >= 0, "num_queries", "must be >= 0, got ", num_queries);
   TA_CHECK_ARG(num_pages >= 0, "num_pages", "must be >= 0, got ", num_pages);
   TA_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got ", page_size);
+  TA_CHECK_ARG(spec.kv_dtype == KvDType::kSame || is_fp8(spec.kv_dtype), "kv_dtype",
+               "unknown KV dtype ", static_cast<int>(spec.kv_dtype));
+  if (is_fp8(spec.kv_dtype)) {
+    TA_CHECK_ARG(std::isfinite(spec.k_scale) && spec.k_scale > 0.f, "k_scale",
+                 "must be finite and > 0, got ", spec.k_scale);
+    TA_CHECK_ARG(std::isfinite(spec.v_scale) && spec.v_scale > 0.f, "v_scale",
+                 "must be finite and > 0, got ", spec.v_scale);
+  }
   RandomValueStream s;
   s.origin = spec.seed * 0xD1B54A32D192ED03ull + 0x5DEECE66Dull;
   s.q_elems = static_cast<uint64_t>(num_queries) * spec.num_qo_heads * spec.head_dim;
