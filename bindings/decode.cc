@@ -459,13 +459,11 @@ void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray
   kv.kv = combined ? k.stride(1) : 0;
   kv.slot = k.stride(1 + o);
   kv.head = k.stride(2 + o);
-  // The combined layout's V block starts kv.kv elements after K (1 byte each for fp8 KV).
-  const int64_t kv_bytes = is_fp8(kv_dtype) ? 1 : 2;
+  a.kv_dtype = kv_dtype;  // set_kv_combined steps to V in elements of it
   if (combined)
-    set_kv_split(&a, k.data(), static_cast<const char*>(k.data()) + kv.kv * kv_bytes, kv);
+    set_kv_combined(&a, k.data(), kv);
   else
     set_kv_split(&a, k.data(), v->data(), kv);
-  a.kv_dtype = kv_dtype;
   if (is_fp8(kv_dtype)) {
     // A CUDA scale array is read by the kernels at run time; a Python float != 1 lives in a
     // device tensor that treeattn.decode() made, so only 1 (nullptr) arrives here as a value.

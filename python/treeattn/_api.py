@@ -49,7 +49,8 @@ def kv_dtype_bytes_arg(kv_dtype: Any) -> int:
     return _KV_DTYPE_NAMES[name]
 
 
-def kv_scale_arg(name: str, scale: Any, kv_like: Any) -> Tuple[Optional[float], Any]:
+def kv_scale_arg(name: str, scale: Any, kv_like: Any,
+                 stream: int = 0) -> Tuple[Optional[float], Any]:
     """An fp8 cache's k_scale / v_scale as the extension takes it: (float, None) for a Python
     number (finite and > 0, else ValueError naming it), (None, array) for a 1-element float32
     array (checked by the extension; on a GPU read at run time, so a captured CUDA graph replays
@@ -73,7 +74,15 @@ def kv_scale_arg(name: str, scale: Any, kv_like: Any) -> Tuple[Optional[float], 
                         f"float32 array on its device")
     import torch
 
-    return None, torch.full((1,), value, dtype=torch.float32, device=kv_like.device)
+    def full():
+        return torch.full((1,), value, dtype=torch.float32, device=kv_like.device)
+
+    if stream in (0, torch.cuda.current_stream(kv_like.device).cuda_stream):
+        return None, full()
+    # made on the launch stream, so that the fill runs before the kernels and the allocator reuses
+    # its memory only after them
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=kv_like.device)):
+        return None, full()
 
 
 def _kv_caches(k_cache: Any, v_cache: Any) -> Tuple[Any, Any, int]:
@@ -281,8 +290,6 @@ def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
     q, k_cache, v_cache = fw.detach(q), fw.detach(k_cache), fw.detach(v_cache)
     out, lse = fw.detach(out), fw.detach(lse)
     k_cache, v_cache, kv_code = _kv_caches(k_cache, v_cache)
-    ks_value, ks_array = kv_scale_arg("k_scale", k_scale, k_cache)
-    vs_value, vs_array = kv_scale_arg("v_scale", v_scale, k_cache)
     q_in = q
     if fw.framework(q) == "numpy":
         q, k_cache, v_cache = (fw.as_numpy_input(x) for x in (q, k_cache, v_cache))
@@ -297,6 +304,8 @@ def decode(q: Any, k_cache: Any, v_cache: Any, plan: Plan, out: Any = None,
         lse = fw.empty(q, (int(q.shape[0]), int(q.shape[1])), float32=True)
     # a given stream is checked on the CPU too (where it is not used)
     handle = fw.stream_handle(stream, q) if dev_type == fw.DL_CUDA or stream is not None else 0
+    ks_value, ks_array = kv_scale_arg("k_scale", k_scale, k_cache, handle)
+    vs_value, vs_array = kv_scale_arg("v_scale", v_scale, k_cache, handle)
     target = out
     if fw.framework(out) == "numpy" and out.dtype.name == "bfloat16":
         target = np.empty(out.shape, np.float32)  # q was widened to float32 above

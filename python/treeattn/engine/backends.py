@@ -39,6 +39,7 @@ import treeattn
 from treeattn.serving import ServingCore
 
 from ._checks import fp8_name, is_fp8
+from .kv import dequantize
 
 
 @dataclass
@@ -227,9 +228,8 @@ class SdpaBackend(Backend):
         kf = kc.reshape(-1, self.Hk, self.D)
         vf = vc.reshape(-1, self.Hk, self.D)
         if self.fp8:  # gather the bytes, dequantize: scale x value in q's dtype
-            k = kf.view(torch.uint8)[idx].view(kc.dtype).float() * self.k_scale[layer]
-            v = vf.view(torch.uint8)[idx].view(vc.dtype).float() * self.v_scale[layer]
-            k, v = k.to(q.dtype), v.to(q.dtype)
+            k = dequantize(kf.view(torch.uint8)[idx].view(kc.dtype), q.dtype, self.k_scale[layer])
+            v = dequantize(vf.view(torch.uint8)[idx].view(vc.dtype), q.dtype, self.v_scale[layer])
         else:
             k, v = kf[idx], vf[idx]
         k = k.transpose(1, 2)  # [T, Hk, L, D]

@@ -74,6 +74,8 @@ class ServingCore:
             raise ValueError(f"headroom: expected a finite number >= 1, got {headroom!r}")
         self.shape = (int(num_qo_heads), int(num_kv_heads), int(head_dim))
         self.planner, self.preset, self.kv_dtype = planner, preset, kv_dtype
+        # a one-byte KV cache plans with kv_dtype=, a 16-bit one with dtype=
+        self._plan_kv = {"kv_dtype" if _is_fp8_name(kv_dtype) else "dtype": kv_dtype}
         # planner, preset and kv_dtype are checked now by planning a one-token tree with them
         # (treeattn.plan's checks and messages), not at the first step
         self._plan(PrefixTree.from_levels("N=1 C=1"))
@@ -93,11 +95,8 @@ class ServingCore:
 
     def _plan(self, tree, headroom: float = 1.0) -> Plan:
         H, Hk, D = self.shape
-        if _is_fp8_name(self.kv_dtype):  # a one-byte KV cache: plan(kv_dtype=...)
-            return treeattn.plan(tree, H, Hk, D, planner=self.planner, device=self.preset,
-                                 kv_dtype=self.kv_dtype, headroom=headroom)
         return treeattn.plan(tree, H, Hk, D, planner=self.planner, device=self.preset,
-                             dtype=self.kv_dtype, headroom=headroom)
+                             headroom=headroom, **self._plan_kv)
 
     def prepare(self, block_tables: Any, seq_lens: Any, key: Optional[Hashable] = None) -> bool:
         """Host work of one step: tree update, plan, device metadata refresh.
@@ -123,12 +122,7 @@ class ServingCore:
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return None
-        s = self.sync
-        s.tree, s._bt, s._lens, s._pad, s.counts, s.last_path = ahead[2]
-        self.counts["planned_ahead"] += 1
-        if s.verify:
-            s.check(ahead[0], ahead[1])
-        return self._install(ahead[3], key)
+        return self._install(self._adopt(ahead, ahead[0], ahead[1]), key)
 
     @property
     def predicted_lens(self) -> Optional[np.ndarray]:
@@ -172,15 +166,13 @@ class ServingCore:
         if (lens[g] % s.page_size == 0).any():
             return False
         nxt = lens + g.astype(np.int64)
-        state = (s.tree, s._bt, s._lens, s._pad, dict(s.counts), s.last_path)
+        state = s.state()
         s.tree = s.tree.copy()
         try:
             tree = s.update(bt, np.where(s._pad, 0, nxt))
-            plan = self._plan(tree)
-            self._ahead = (bt, nxt, (s.tree, s._bt, s._lens, s._pad, dict(s.counts),
-                                     s.last_path), plan)
+            self._ahead = (bt, nxt, s.state(), self._plan(tree))
         finally:
-            s.tree, s._bt, s._lens, s._pad, s.counts, s.last_path = state
+            s.restore(state)
         return True
 
     def _take_ahead(self, block_tables: Any, seq_lens: Any) -> Optional[Plan]:
@@ -191,11 +183,15 @@ class ServingCore:
         if not (np.array_equal(lens, ahead[1]) and bt.shape == ahead[0].shape
                 and np.array_equal(bt, ahead[0])):
             return None
-        s = self.sync
-        s.tree, s._bt, s._lens, s._pad, s.counts, s.last_path = ahead[2]
+        return self._adopt(ahead, bt, lens)
+
+    def _adopt(self, ahead: tuple, bt: np.ndarray, lens: np.ndarray) -> Plan:
+        """Makes the prefetched step current: the tree state it left, checked against (bt, lens)
+        under sync.verify; returns its plan."""
+        self.sync.restore(ahead[2])
         self.counts["planned_ahead"] += 1
-        if s.verify:
-            s.check(bt, lens)
+        if self.sync.verify:
+            self.sync.check(bt, lens)
         return ahead[3]
 
     def decode(self, q: Any, k_cache: Any, v_cache: Any = None, out: Any = None,
@@ -207,8 +203,6 @@ class ServingCore:
         layouts and errors as treeattn.decode."""
         if self.plan is None:
             raise ValueError("plan: no step prepared yet: call prepare() first")
-        if k_scale is None and v_scale is None:
-            return treeattn.decode(q, k_cache, v_cache, self.plan, out=out, sm_scale=sm_scale)
         return treeattn.decode(q, k_cache, v_cache, self.plan, out=out, sm_scale=sm_scale,
                                k_scale=k_scale, v_scale=v_scale)
 

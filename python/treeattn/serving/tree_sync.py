@@ -178,6 +178,14 @@ class TreeSync:
         bt, lens, _ = self._normalize(block_tables, seq_lens)
         self.check(bt, lens)
 
+    def state(self) -> tuple:
+        """What update() changes (tree, tables, lengths, padding, counts, path), for restore()."""
+        return (self.tree, self._bt, self._lens, self._pad, dict(self.counts), self.last_path)
+
+    def restore(self, state: tuple) -> None:
+        """Puts back a state() taken earlier."""
+        self.tree, self._bt, self._lens, self._pad, self.counts, self.last_path = state
+
     def check(self, bt: np.ndarray, lens: np.ndarray) -> None:
         """Raises AssertionError unless the tree's block tables equal (bt, lens)."""
         tbt, tlens = self.tree.to_block_tables()

@@ -234,12 +234,10 @@ class TreeAttnBackend(AttentionBackend):
                              f"init_forward_metadata has {rows} rows")
         k_cache, v_cache = self._kv_views(layer.layer_id)
         out = q3.new_empty(q3.shape)
-        if self.fp8:
-            core.decode(q3, k_cache, v_cache, out=out, sm_scale=layer.scaling,
-                        k_scale=self._scale(layer, "k", k_cache),
-                        v_scale=self._scale(layer, "v", k_cache))
-        else:
-            core.decode(q3, k_cache, v_cache, out=out, sm_scale=layer.scaling)
+        k_scale = self._scale(layer, "k", k_cache) if self.fp8 else None
+        v_scale = self._scale(layer, "v", k_cache) if self.fp8 else None
+        core.decode(q3, k_cache, v_cache, out=out, sm_scale=layer.scaling, k_scale=k_scale,
+                    v_scale=v_scale)
         return out.view(-1, H * D)
 
     def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

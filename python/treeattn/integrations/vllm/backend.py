@@ -348,12 +348,8 @@ class TreeAttnImpl(AttentionImpl[TreeAttnMetadata]):
             k_scale, v_scale = layer._k_scale, layer._v_scale
         nd = md.num_decode_tokens
         if nd:
-            if k_scale is None:
-                treeattn.decode(query[:nd], k_cache, v_cache, md.plan, out=output[:nd],
-                                sm_scale=self.scale)
-            else:
-                treeattn.decode(query[:nd], k_cache, v_cache, md.plan, out=output[:nd],
-                                sm_scale=self.scale, k_scale=k_scale, v_scale=v_scale)
+            treeattn.decode(query[:nd], k_cache, v_cache, md.plan, out=output[:nd],
+                            sm_scale=self.scale, k_scale=k_scale, v_scale=v_scale)
         if md.num_prefills:
             q = query[nd:md.num_actual_tokens]
             out = output[nd:md.num_actual_tokens]
