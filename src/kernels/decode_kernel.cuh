@@ -1,6 +1,6 @@
-// Paged tree-attention kernel (one CTA per (work item, group of KV heads)) and the per-query LSE
-// merge kernel, as templates over (dtype, head_dim, tile class, KV type); instantiated by
-// src/kernels/inst_*.cu.
+// Paged tree-attention kernel (one CTA per (work item, group of KV heads)), as a template over
+// (dtype, head_dim, tile class, KV type); instantiated by src/kernels/inst_*.cu. The merge of
+// the partial outputs is in merge.cuh.
 //
 // Attention kernel, per CTA and KV head (the kM16 configs walk heads_per_cta heads one after the
 // other, so the item's metadata chain is paid once per CTA, not per head):
@@ -479,73 +479,6 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
     write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(
         p, item, kv_head, sO, sM, sL, tid, C::THREADS,
         C::KV8 && p.v_scale != nullptr ? *p.v_scale : 1.f);
-  }
-  timeline_end(p, tl_rec);
-}
-
-// ---- merge kernel
-// --------------------------------------------------------------------------------
-
-constexpr int kMergeThreads = 256;
-
-/// One CTA per query (grid = layout capacity; no work past the plan's queries); queries without
-/// merge slots were written by the attention kernel. Each thread owns (head, 8-element chunk)
-/// pairs. Two passes over the query's slots, both in slot order (deterministic, no atomics):
-/// the max LSE, then the exp-weighted sum of the partial outputs. The loads of one pass do not
-/// depend on each other, so they overlap (bench/NOTES.md, "v3 (lead, end of session)", has the
-/// fold this replaced). Empty partials
-/// (lse = -inf) get weight 0 and are never read; a query whose partials are all empty gets the
-/// empty state (o = 0, lse = -inf), never NaN; a NaN LSE (a NaN in K) gives o = lse = NaN.
-template <DType kDType, int kHeadDim>
-__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const KernelParams p) {
-  using Traits = DTypeTraits<kDType>;
-  constexpr int CPT = kHeadDim / 8;
-  const auto tl_rec = [&p] { return p.timeline_merge_base + blockIdx.x; };
-  timeline_begin(p, tl_rec, kTlMergeConfig);
-  pdl_launch_dependents();
-  pdl_wait();  // partials come from the attention kernels before us
-  timeline_stamp(p, tl_rec, kTlClockKv);
-  const int query = blockIdx.x;
-  // past the plan's queries merge_indptr is zero, so begin >= end there too
-  const int begin = p.merge_indptr[query], end = p.merge_indptr[query + 1];
-  if (begin >= end) return;
-  timeline_stamp(p, tl_rec, kTlClockItem);
-  const int pairs = p.num_qo_heads * CPT;
-  for (int idx = threadIdx.x; idx < pairs; idx += kMergeThreads) {
-    const int head = idx / CPT, c = idx - head * CPT;
-    float m = -INFINITY;
-    bool nan = false;  // a NaN partial (a NaN in K) makes the query's output NaN
-#pragma unroll 4
-    for (int i = begin; i < end; ++i) {
-      const float x = p.partial_lse[static_cast<int64_t>(p.merge_slots[i]) * p.num_qo_heads + head];
-      m = fmaxf(m, x);
-      nan |= x != x;
-    }
-    if (nan) m = NAN;
-    float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    float lse = -INFINITY;
-    if (m != -INFINITY) {
-      float sum = 0.f;
-#pragma unroll 4
-      for (int i = begin; i < end; ++i) {
-        const int64_t sh = static_cast<int64_t>(p.merge_slots[i]) * p.num_qo_heads + head;
-        const float w = expf(p.partial_lse[sh] - m);  // exp(-inf) = 0 for empty partials
-        if (w != 0.f) {
-          const float* src = p.partial_o + sh * kHeadDim + 8 * c;
-          const float4 x0 = *reinterpret_cast<const float4*>(src);
-          const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
-          const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-          sum += w;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) o[e] += w * xs[e];
-        }
-      }
-      const float inv = 1.f / sum;  // sum >= 1: the max slot has weight 1
-#pragma unroll
-      for (int e = 0; e < 8; ++e) o[e] *= inv;
-      lse = m + logf(sum);
-    }
-    store_output_chunk<Traits>(p, query, head, c, o, lse);
   }
   timeline_end(p, tl_rec);
 }

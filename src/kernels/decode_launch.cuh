@@ -11,9 +11,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "decode_kernel.cuh"
+#include "merge.cuh"
 #include "sm90/kernel.cuh"
 
 namespace treeattn::cuda_detail {
@@ -121,9 +123,24 @@ Status launch_plan_impl(const KernelParams& p, const PlanLayout& layout, cudaStr
   if (st != Status::kOk) return st;
   if (layout.slots > 0 && layout.queries > 0) {
     if (layout.queries > 0x7fffffff) return Status::kUnsupported;
+    // from the planned counts, not the capacity (as the kM16 config above)
+    bool deep = tile::use_deep_merge(layout.merge_queries_planned, layout.merge_slots_planned,
+                                     layout.num_qo_heads, kHeadDim, device_sm_count());
+    static const char* variant = std::getenv("TREEATTN_MERGE_VARIANT");  // TEMPORARY A/B
+    if (variant != nullptr && variant[0] == 'w') deep = false;
+    if (variant != nullptr && variant[0] == 'd') deep = true;
+    const int per =
+        tile::merge_heads_per_cta(kHeadDim, deep ? tile::kMergeSplitDeep : tile::kMergeSplitWide);
+    const dim3 grid(static_cast<unsigned>(layout.queries),
+                    static_cast<unsigned>((layout.num_qo_heads + per - 1) / per));
     cudaError_t err =
-        launch_pdl(&decode_merge_kernel<kDType, kHeadDim>,
-                   dim3(static_cast<unsigned>(layout.queries)), dim3(kMergeThreads), 0, stream, p);
+        variant != nullptr && variant[0] == 'l'
+            ? launch_pdl(&decode_merge_kernel_legacy<kDType, kHeadDim>,
+                         dim3(static_cast<unsigned>(layout.queries)), dim3(256), 0, stream, p)
+        : deep ? launch_pdl(&decode_merge_kernel<kDType, kHeadDim, tile::kMergeSplitDeep>, grid,
+                            dim3(kMergeThreads), 0, stream, p)
+               : launch_pdl(&decode_merge_kernel<kDType, kHeadDim, tile::kMergeSplitWide>, grid,
+                            dim3(kMergeThreads), 0, stream, p);
     if (err == cudaSuccess) err = cudaGetLastError();
     if (err != cudaSuccess) {
       set_last_cuda_error(cudaGetErrorString(err));

@@ -100,6 +100,11 @@ void set_planned_counts(const Plan& plan, PlanLayout* layout) {
     layout->class_kv_tokens_planned[c] = tokens;
   }
   layout->m16_items_planned = layout->class_items_planned[0];
+  int64_t merged = 0;
+  for (size_t q = 0; q + 1 < plan.merge_indptr.size(); ++q)
+    merged += plan.merge_indptr[q + 1] > plan.merge_indptr[q];
+  layout->merge_queries_planned = merged;
+  layout->merge_slots_planned = static_cast<int64_t>(plan.merge_slots.size());
 }
 
 bool plan_fits(const Plan& plan, const PlanLayout& layout) {

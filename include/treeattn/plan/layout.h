@@ -36,6 +36,9 @@ struct PlanLayout {
   /// headroom, and a captured graph keeps the choice of its capture.
   int64_t class_items_planned[kNumTileClasses] = {0, 0, 0};
   int64_t class_kv_tokens_planned[kNumTileClasses] = {0, 0, 0};
+  /// The plan's queries with merge slots and its merge slots (headroom not applied; set by
+  /// set_planned_counts): the merge variant (tile::use_deep_merge) follows them.
+  int64_t merge_queries_planned = 0, merge_slots_planned = 0;
   int64_t items = 0, rows = 0, ranges = 0, page_ids = 0, masks = 0, slots = 0, queries = 0;
   int32_t num_qo_heads = 0, head_dim = 0;
   // byte offsets into the workspace
@@ -48,8 +51,9 @@ struct PlanLayout {
 /// Headroom > 1 sizes every capacity up (for graph replay over later, larger plans).
 PlanLayout plan_layout(const Plan& plan, double headroom = 1.0);
 /// Sets the layout's counts of the plan it runs (m16_items_planned, class_items_planned,
-/// class_kv_tokens_planned) from `plan`: plan_layout sets them for its own plan, DevicePlan::upload
-/// for every plan it uploads into an existing layout.
+/// class_kv_tokens_planned, merge_queries_planned, merge_slots_planned) from `plan`: plan_layout
+/// sets them for its own plan, DevicePlan::upload for every plan it uploads into an existing
+/// layout.
 void set_planned_counts(const Plan& plan, PlanLayout* layout);
 /// True when `plan` can be packed into `layout` (a workspace laid out for an earlier plan): same
 /// heads, head_dim and page size, and every count within the layout's capacities.

@@ -22,6 +22,11 @@
 //    (src/kernels/sm90/config.cuh: 1 CTA per SM, kM64 with 64-token tiles split over two consumer
 //    warpgroups, kM128 with 128-token tiles), kAuto per class where ws_pays_off() says so; the
 //    cost model describes the kernel above.
+//  * The merge (src/kernels/merge.cuh) combines each query's partials in one of two variants,
+//    chosen per launch from the plan's merge counts (PlanLayout, graph-safe like the kM16 one):
+//    wide (one thread per (head, 8-element chunk) pair walks all of the query's slots; a CTA
+//    covers 256 pairs) and deep (kMergeSplitDeep threads share a pair's slots; 64 pairs a CTA,
+//    so 4x the CTAs and a quarter of the slots per thread) for few queries or long merge lists.
 //  * Masked items: a warp (a warpgroup under wgmma) skips the KV tiles none of its rows sees;
 //    the cost model counts only the MMAs that run (masked_mma_fraction in cost_model.h).
 #pragma once
@@ -125,6 +130,27 @@ inline bool ws_pays_off(int cls, int64_t items, int64_t kv_tokens, int64_t m16_i
   if (cls == 2) return true;
   const bool m16_clear = m16_items <= 0 || use_wide_m16(m16_items * kv_heads, num_sms);
   return items * kv_heads <= num_sms && m16_clear;
+}
+
+/// Threads of a merge CTA; threads per (head, 8-element chunk) pair of the two merge variants.
+inline constexpr int kMergeThreads = 256;
+inline constexpr int kMergeSplitWide = 1;
+inline constexpr int kMergeSplitDeep = 4;
+/// qo heads one merge CTA covers: kMergeThreads / split pairs of head_dim / 8 chunks each.
+constexpr int merge_heads_per_cta(int head_dim, int split) {
+  return (kMergeThreads / split) / (head_dim / 8) > 0 ? (kMergeThreads / split) / (head_dim / 8)
+                                                      : 1;
+}
+/// Mean merge slots per merged query from which the deep merge is used whatever the CTA count.
+inline constexpr int kDeepMergeSlots = 16;
+/// Deep merge when the wide one would give fewer CTAs than SMs or the merge lists are long.
+/// merged_queries: queries with at least one merge slot; merge_slots: their slots in all.
+inline bool use_deep_merge(int64_t merged_queries, int64_t merge_slots, int num_qo_heads,
+                           int head_dim, int num_sms) {
+  if (merged_queries <= 0) return false;
+  const int64_t per = merge_heads_per_cta(head_dim, kMergeSplitWide);
+  const int64_t wide_ctas = merged_queries * ((num_qo_heads + per - 1) / per);
+  return wide_ctas < num_sms || merge_slots >= kDeepMergeSlots * merged_queries;
 }
 
 }  // namespace treeattn::tile

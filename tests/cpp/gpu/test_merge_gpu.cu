@@ -5,11 +5,15 @@
 // o = 0, lse = -inf; the executor refuses such a query, so its reference is set by hand).
 // Partials and outputs are poisoned before the run; compare_to_oracle checks every element.
 // Determinism: the same bits run after run and for two grid sizes (workspaces laid out with
-// headroom 1 and 3, so every launch has 1x or 3x the CTAs).
+// headroom 1 and 3, so every launch has 1x or 3x the CTAs). Deep paths: queries with more merge
+// slots than the merge stages in shared memory at a time (kMergeChunk), for head counts that
+// leave the last head block of a merge CTA partly empty.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -17,6 +21,8 @@
 #include "treeattn/cpu/executor.h"
 #include "treeattn/cpu/random_inputs.h"
 #include "treeattn/kernels/device_plan.h"
+#include "treeattn/plan/layout.h"
+#include "treeattn/plan/tile_policy.h"
 #include "treeattn/tree/levels.h"
 
 namespace treeattn::gpu_test {
@@ -106,6 +112,60 @@ TEST(DecodeGpu, DeterministicAcrossRunsAndGridSizes) {
     const Plan plan = make_case_plan(tree, c);
     ASSERT_GT(plan.num_slots, 0) << "the line must merge partials";
     expect_deterministic(tree, c, plan, 20);
+  }
+}
+
+TEST(DecodeGpu, MergeOfDeepPathsAcrossSlotChunks) {
+  TA_REQUIRE_GPU();
+  // a chain of 299 one-page nodes above 4 leaves: the node planner gives every query a partial
+  // per node on its path (300 slots: three shared-memory chunks of the merge)
+  std::string counts = "N=1", tokens = "C=3";
+  for (int i = 1; i < 299; ++i) {
+    counts += ",1";
+    tokens += ",2";
+  }
+  counts += ",4";
+  tokens += ",5";
+  struct Shape {
+    const char* heads;
+    int dim;
+    bool bf16;
+  };
+  // merge CTAs cover 8 / 4 / 2 heads (deep) or 32 / 16 / 8 (wide) at head_dim 64 / 128 / 256:
+  // 12, 6 and 3 heads end on a partly empty head block of the deep variant
+  for (const Shape& sh :
+       {Shape{"12/4", 64, false}, Shape{"6/2", 128, true}, Shape{"3/1", 256, false}}) {
+    const std::string spec =
+        counts + " " + tokens + " heads=" + sh.heads + " dim=" + std::to_string(sh.dim) + " page=2";
+    // alone (deep merge: few queries), then with 300 queries on the root's child (two slots
+    // each): the mean list is short and the queries many, so the wide merge walks the 300-slot
+    // lists of the deep queries
+    for (bool mixed : {false, true}) {
+      LevelsCase lc = levels_case(spec.c_str(), "node", sh.bf16, 11);
+      if (mixed) {
+        int32_t child = -1;
+        for (size_t v = 0; v < lc.tree.nodes.size() && child < 0; ++v)
+          if (lc.tree.nodes[v].alive && lc.tree.nodes[v].parent == 0)
+            child = static_cast<int32_t>(v);
+        ASSERT_GE(child, 0);
+        for (int i = 0; i < 300; ++i) lc.tree.add_query(child);
+      }
+      lc.c.sample_queries = 1 << 20;  // every query
+      SCOPED_TRACE(lc.c.describe() + (mixed ? " mixed" : " deep"));
+      const Plan plan = make_case_plan(lc.tree, lc.c);
+      int32_t most = 0;
+      for (size_t q = 0; q + 1 < plan.merge_indptr.size(); ++q)
+        most = std::max(most, plan.merge_indptr[q + 1] - plan.merge_indptr[q]);
+      ASSERT_GT(most, 256) << "some query should merge more than two chunks of slots";
+      const PlanLayout layout = plan_layout(plan);
+      int sms = 0;
+      ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+      EXPECT_EQ(tile::use_deep_merge(layout.merge_queries_planned, layout.merge_slots_planned,
+                                     lc.c.num_qo_heads, lc.c.head_dim, sms),
+                !mixed)
+          << "the case should run the " << (mixed ? "wide" : "deep") << " merge";
+      expect_deterministic(lc.tree, lc.c, plan, 3);
+    }
   }
 }
 
