@@ -11,6 +11,9 @@
 # summary last (bench/ab/small_summary.py). Run from the repository root; carry build-devdeps
 # (GoogleTest sources) and peers. Everything lands in $OUT (<= 8 files).
 #
+# The variant switch (TREEATTN_MERGE_VARIANT) existed for this A/B only, at commit 2bcdd7a; on
+# later commits every variant runs the per-plan choice.
+#
 # Env knobs: STAGES (words of: build tests bench peers) [build tests bench peers], BENCH_RUNS [50].
 set -uo pipefail
 OUT=${OUT:-/tmp/treeattn_small_out}

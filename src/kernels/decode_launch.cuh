@@ -1,6 +1,7 @@
 // Thin launcher template: KernelParams + PlanLayout -> one attention launch per tile class with
 // nonzero capacity (grid = (class capacity, kv heads / heads per CTA), dynamic shared memory from
-// AttnConfig), then the merge over the query capacity when the layout has partial slots. The
+// AttnConfig), then the merge (merge.cuh; grid = (query capacity, head blocks), its variant from
+// the plan's merge counts) when the layout has partial slots. The
 // grouped classes (kM64, kM128) up to head_dim 128 run the warp-specialized Hopper kernel
 // (sm90/kernel.cuh) instead where grouped_kernel_for() says so (the set_grouped_kernel() setting,
 // the device, and for kAuto the plan's counts in the layout; an fp8 KV cache always runs the
@@ -11,7 +12,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "decode_kernel.cuh"
@@ -124,23 +124,17 @@ Status launch_plan_impl(const KernelParams& p, const PlanLayout& layout, cudaStr
   if (layout.slots > 0 && layout.queries > 0) {
     if (layout.queries > 0x7fffffff) return Status::kUnsupported;
     // from the planned counts, not the capacity (as the kM16 config above)
-    bool deep = tile::use_deep_merge(layout.merge_queries_planned, layout.merge_slots_planned,
-                                     layout.num_qo_heads, kHeadDim, device_sm_count());
-    static const char* variant = std::getenv("TREEATTN_MERGE_VARIANT");  // TEMPORARY A/B
-    if (variant != nullptr && variant[0] == 'w') deep = false;
-    if (variant != nullptr && variant[0] == 'd') deep = true;
+    const bool deep = tile::use_deep_merge(layout.merge_queries_planned, layout.merge_slots_planned,
+                                           layout.num_qo_heads, kHeadDim, device_sm_count());
     const int per =
         tile::merge_heads_per_cta(kHeadDim, deep ? tile::kMergeSplitDeep : tile::kMergeSplitWide);
     const dim3 grid(static_cast<unsigned>(layout.queries),
                     static_cast<unsigned>((layout.num_qo_heads + per - 1) / per));
     cudaError_t err =
-        variant != nullptr && variant[0] == 'l'
-            ? launch_pdl(&decode_merge_kernel_legacy<kDType, kHeadDim>,
-                         dim3(static_cast<unsigned>(layout.queries)), dim3(256), 0, stream, p)
-        : deep ? launch_pdl(&decode_merge_kernel<kDType, kHeadDim, tile::kMergeSplitDeep>, grid,
-                            dim3(kMergeThreads), 0, stream, p)
-               : launch_pdl(&decode_merge_kernel<kDType, kHeadDim, tile::kMergeSplitWide>, grid,
-                            dim3(kMergeThreads), 0, stream, p);
+        deep ? launch_pdl(&decode_merge_kernel<kDType, kHeadDim, tile::kMergeSplitDeep>, grid,
+                          dim3(kMergeThreads), 0, stream, p)
+             : launch_pdl(&decode_merge_kernel<kDType, kHeadDim, tile::kMergeSplitWide>, grid,
+                          dim3(kMergeThreads), 0, stream, p);
     if (err == cudaSuccess) err = cudaGetLastError();
     if (err != cudaSuccess) {
       set_last_cuda_error(cudaGetErrorString(err));

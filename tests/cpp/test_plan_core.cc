@@ -303,6 +303,9 @@ TEST(PlanLayout, PlannedCountsPerClass) {
       EXPECT_GT(L.class_items_planned[c], 0) << "the tree must give items of every class";
     }
     EXPECT_EQ(L.m16_items_planned, L.class_items_planned[0]);
+    // the merge counts: queries with a merge list (every query here) and all their slots
+    EXPECT_EQ(L.merge_queries_planned, t.num_queries());
+    EXPECT_EQ(L.merge_slots_planned, static_cast<int64_t>(p.merge_slots.size()));
   }
   // an existing layout takes a later plan's counts
   PlanLayout L = plan_layout(p);
@@ -315,6 +318,8 @@ TEST(PlanLayout, PlannedCountsPerClass) {
     EXPECT_EQ(L.class_kv_tokens_planned[c], S.class_kv_tokens_planned[c]) << c;
   }
   EXPECT_EQ(L.m16_items_planned, S.m16_items_planned);
+  EXPECT_EQ(L.merge_queries_planned, S.merge_queries_planned);
+  EXPECT_EQ(L.merge_slots_planned, S.merge_slots_planned);
   // class ranges outside the items are refused, naming the plan
   Plan bad = p;
   bad.class_begin[kNumTileClasses] = static_cast<int32_t>(bad.items.size()) + 1;
@@ -349,6 +354,25 @@ TEST(TilePolicy, WsPaysOffOnlyWhereRunOneSawItWin) {
   EXPECT_FALSE(tile::ws_pays_off(0, 16, 16 * 4096, 0, 8, kSms));
   EXPECT_FALSE(tile::ws_pays_off(3, 16, 16 * 4096, 0, 8, kSms));
   EXPECT_FALSE(tile::ws_pays_off(2, 0, 0, 0, 8, kSms));
+}
+
+TEST(TilePolicy, DeepMergeForFewQueriesOrLongLists) {
+  constexpr int kSms = 132;  // H100
+  // what the A/B on one H100 saw (bench/results/h100-2026-11-25-merge-summary.txt): deep won on
+  // chains (16 queries x 33 slots) and on 10 queries under a split 4k root; wide on 1024 queries
+  // of 6 slots at 16 heads (1024 wide CTAs: deep gave 4096 and lost 17%)
+  EXPECT_TRUE(tile::use_deep_merge(16, 16 * 33, 16, 128, kSms));
+  EXPECT_TRUE(tile::use_deep_merge(10, 10 * 9, 32, 128, kSms));
+  EXPECT_FALSE(tile::use_deep_merge(1024, 1024 * 6, 16, 128, kSms));
+  // long lists take the deep merge whatever the CTA count; none without merged queries
+  EXPECT_TRUE(tile::use_deep_merge(4096, 4096 * tile::kDeepMergeSlots, 32, 128, kSms));
+  EXPECT_FALSE(tile::use_deep_merge(4096, 4096 * tile::kDeepMergeSlots - 1, 32, 128, kSms));
+  EXPECT_FALSE(tile::use_deep_merge(0, 0, 32, 128, kSms));
+  // heads a merge CTA covers: 256 / split pairs of head_dim / 8 chunks
+  EXPECT_EQ(tile::merge_heads_per_cta(128, tile::kMergeSplitWide), 16);
+  EXPECT_EQ(tile::merge_heads_per_cta(128, tile::kMergeSplitDeep), 4);
+  EXPECT_EQ(tile::merge_heads_per_cta(256, tile::kMergeSplitDeep), 2);
+  EXPECT_EQ(tile::merge_heads_per_cta(64, tile::kMergeSplitWide), 32);
 }
 
 TEST(CostModel, MonotoneAndSane) {

@@ -53,7 +53,8 @@ struct DecodeArgs {
 
 /// Words of one CTA's timeline record. Record of attention CTA (blockIdx.x, blockIdx.y) of tile
 /// class c: (layout.class_item_off[c] + blockIdx.x) x num_kv_heads + blockIdx.y; of merge CTA q:
-/// layout.items x num_kv_heads + q. Global-timer words are ns, clock words SM cycles (clock64);
+/// layout.items x num_kv_heads + q (stamped by its first head block, blockIdx.y 0). Global-timer
+/// words are ns, clock words SM cycles (clock64);
 /// a word of a phase the CTA did not reach stays as the caller left it (zero it first). Merge
 /// CTAs: kTlClockItem after the merge list's bounds arrived, kTlClockKv when the attention
 /// kernels' results became visible (griddepcontrol.wait returned), kTlClockLoop unused.
