@@ -92,6 +92,8 @@ struct PyPlan {
   SharedPlan state;
   PlanLayout layout;  ///< the DevicePlan's layout once on a device
   double headroom = 1.0;
+  /// Capacities the layout keeps (Plan.reserve(): a CUDA-graph step's bound); none by default.
+  LayoutReserve reserve;
   int32_t device_id = -1;  ///< CUDA device of the workspace, -1 = none
   DevicePlan* device = nullptr;
 
@@ -111,6 +113,10 @@ struct PyPlan {
   void update(const PyPlan& other, uintptr_t stream);
   /// Whether `other` fits this plan's layout (same shape, every capacity large enough).
   bool fits(const PyPlan& other) const;
+  /// Sets `reserve` to graph_reserve(rows, pages_per_row) for this plan's heads and `device`,
+  /// and lays the layout out again (before the first device upload only: ValueError naming
+  /// "plan" after it).
+  void set_reserve(int64_t rows, int64_t pages_per_row, const DeviceInfo& device);
   /// Frees the device workspace (no-op when none).
   void release_device();
 };

@@ -24,7 +24,7 @@ namespace {
 /// Uploads `plan` into the plan's DevicePlan on `stream` (the caller made sure it fits).
 void upload(PyPlan& p, const Plan& plan, uintptr_t stream) {
 #if TREEATTN_PY_WITH_CUDA
-  p.device->upload(plan, reinterpret_cast<cudaStream_t>(stream), p.headroom);
+  p.device->upload(plan, reinterpret_cast<cudaStream_t>(stream), p.headroom, &p.reserve);
   p.layout = p.device->layout();
 #else
   (void)p;
@@ -155,9 +155,24 @@ void PyPlan::update(const PyPlan& other, uintptr_t stream) {
                  "make the first plan with a larger headroom");
     upload(*this, next->plan, stream);
   } else {
-    layout = plan_layout(next->plan, headroom);
+    layout = plan_layout(next->plan, headroom, &reserve);
   }
   state.replace(std::move(next));
+}
+
+void PyPlan::set_reserve(int64_t rows, int64_t pages_per_row, const DeviceInfo& dev) {
+  TA_CHECK_ARG(device == nullptr, "plan",
+               "its device workspace exists already: reserve before "
+               "the first GPU use (to_device / decode)");
+  const Plan& p = state.snapshot()->plan;
+  PlanOptions o;
+  o.num_qo_heads = p.shape.num_qo_heads;
+  o.num_kv_heads = p.shape.num_kv_heads;
+  o.head_dim = p.shape.head_dim;
+  o.device = dev;
+  const LayoutReserve r = graph_reserve(o, rows, pages_per_row, p.shape.page_size);
+  layout = plan_layout(p, headroom, &r);  // checks before anything changes
+  reserve = r;
 }
 
 void register_plan(nb::module_& m) {
@@ -256,6 +271,14 @@ void register_plan(nb::module_& m) {
           },
           nb::arg("other").none(), nb::sig("def fits(self, other: Plan) -> bool"),
           "Whether `other` fits this plan's device layout (update() would succeed).")
+      .def(
+          "_reserve",
+          [](PyPlan& p, IntParam rows, IntParam pages_per_row, nb::handle device) {
+            p.set_reserve(int_arg<int64_t>("rows", rows, 1, 2147483647),
+                          int_arg<int64_t>("pages_per_row", pages_per_row, 1, 2147483647),
+                          device_from(device));
+          },
+          nb::arg("rows").none(), nb::arg("pages_per_row").none(), nb::arg("device"))
       .def("_to_device", &PyPlan::to_device, nb::arg("device"), nb::arg("stream"))
       .def("_update", &PyPlan::update, nb::arg("other"), nb::arg("stream"))
       .def("release_device", &PyPlan::release_device,

@@ -163,6 +163,21 @@ class Plan(_ext.Plan):
         self._to_device(idx, _default_stream(stream, idx))
         return self
 
+    def reserve(self, rows: int, pages_per_row: int,
+                device: Union[str, DeviceInfo] = "h200") -> "Plan":
+        """Sizes the device layout for CUDA-graph steps (before the first GPU use).
+
+        Afterwards every plan of the ``query`` planner (made with the same heads and `device`
+        preset) over at most `rows` queries whose root paths hold at most `pages_per_row` pages
+        each fits this plan's layout, so update() always takes it; tree plans fit within a budget
+        of 8 rows and merge slots per query and two waves of grouped CTAs (fits() says). The
+        workspace grows by about rows x pages_per_row x 8 bytes of metadata plus 8 x rows
+        partial slots (num_qo_heads x head_dim floats each). TypeError / ValueError naming
+        'rows' / 'pages_per_row' (ints >= 1) or 'device'; ValueError naming 'plan' once the
+        workspace exists. Returns self."""
+        self._reserve(rows, pages_per_row, device)
+        return self
+
     def update(self, new: "Plan", stream: Any = None) -> "Plan":
         """Makes this plan run `new` (a plan for a later step, same heads/head_dim/page size).
 

@@ -106,7 +106,8 @@ bool DevicePlan::fits(const Plan& plan) const {
   return workspace_ != nullptr && plan_fits(plan, layout_);
 }
 
-void DevicePlan::upload(const Plan& plan, cudaStream_t stream, double headroom) {
+void DevicePlan::upload(const Plan& plan, cudaStream_t stream, double headroom,
+                        const LayoutReserve* reserve) {
   DeviceScope scope(device_);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
@@ -115,7 +116,7 @@ void DevicePlan::upload(const Plan& plan, cudaStream_t stream, double headroom) 
         "DevicePlan: plan upload is not allowed while the stream is captured into a CUDA graph "
         "(upload before capturing; a graph around run() replays any later plan that fits)");
   if (!fits(plan)) {
-    const PlanLayout layout = plan_layout(plan, headroom);  // validates headroom
+    const PlanLayout layout = plan_layout(plan, headroom, reserve);  // validates headroom
     release();
     try {
       check(

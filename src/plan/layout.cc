@@ -16,6 +16,7 @@
 //   fp32         [slots, num_qo_heads]            partial_lse
 #include "treeattn/plan/layout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -38,25 +39,33 @@ int64_t scaled(int64_t n, double headroom) {
 
 }  // namespace
 
-PlanLayout plan_layout(const Plan& plan, double headroom) {
+PlanLayout plan_layout(const Plan& plan, double headroom, const LayoutReserve* reserve) {
   TA_CHECK_ARG(std::isfinite(headroom) && headroom >= 1.0, "headroom", "must be >= 1, got ",
                headroom);
   PlanLayout L;
   L.shape = plan.shape;
+  const LayoutReserve none;
+  const LayoutReserve& R = reserve != nullptr ? *reserve : none;
+  auto at_least = [](int64_t n, int64_t floor) {
+    TA_CHECK_ARG(floor >= 0 && floor <= static_cast<int64_t>(kMaxCapacity), "reserve", "capacity ",
+                 floor, " is outside [0, 2^31-1]");
+    return std::max(n, floor);
+  };
   for (int c = 0; c < kNumTileClasses; ++c) {
-    L.class_items[c] = scaled(plan.class_begin[c + 1] - plan.class_begin[c], headroom);
+    L.class_items[c] =
+        at_least(scaled(plan.class_begin[c + 1] - plan.class_begin[c], headroom), R.class_items[c]);
     L.class_item_off[c] = L.items;
     L.items += L.class_items[c];
   }
   TA_CHECK_ARG(static_cast<double>(L.items) <= kMaxCapacity, "headroom", headroom,
                " makes the item capacity ", L.items, ", above the limit 2^31-1");
   set_planned_counts(plan, &L);
-  L.rows = scaled(static_cast<int64_t>(plan.rows.size()), headroom);
-  L.ranges = scaled(static_cast<int64_t>(plan.ranges.size()), headroom);
-  L.page_ids = scaled(static_cast<int64_t>(plan.page_ids.size()), headroom);
-  L.masks = scaled(static_cast<int64_t>(plan.masks.size()), headroom);
-  L.slots = scaled(plan.num_slots, headroom);
-  L.queries = scaled(plan.shape.num_queries, headroom);
+  L.rows = at_least(scaled(static_cast<int64_t>(plan.rows.size()), headroom), R.rows);
+  L.ranges = at_least(scaled(static_cast<int64_t>(plan.ranges.size()), headroom), R.ranges);
+  L.page_ids = at_least(scaled(static_cast<int64_t>(plan.page_ids.size()), headroom), R.page_ids);
+  L.masks = at_least(scaled(static_cast<int64_t>(plan.masks.size()), headroom), R.masks);
+  L.slots = at_least(scaled(plan.num_slots, headroom), R.slots);
+  L.queries = at_least(scaled(plan.shape.num_queries, headroom), R.queries);
   L.num_qo_heads = plan.shape.num_qo_heads;
   L.head_dim = plan.shape.head_dim;
 

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan/planners/plan_builder.h"
@@ -19,6 +21,7 @@
 #include "treeattn/plan/ranges.h"
 #include "treeattn/plan/stats.h"
 #include "treeattn/plan/tile_policy.h"
+#include "treeattn/tree/block_tables.h"
 #include "treeattn/tree/levels.h"
 
 namespace treeattn {
@@ -373,6 +376,60 @@ TEST(TilePolicy, DeepMergeForFewQueriesOrLongLists) {
   EXPECT_EQ(tile::merge_heads_per_cta(128, tile::kMergeSplitDeep), 4);
   EXPECT_EQ(tile::merge_heads_per_cta(256, tile::kMergeSplitDeep), 2);
   EXPECT_EQ(tile::merge_heads_per_cta(64, tile::kMergeSplitWide), 32);
+}
+
+TEST(GraphReserve, HoldsEveryQueryPlanWithinTheBound) {
+  // random block tables (rows share a random page prefix of an earlier row, then own pages) of
+  // at most R rows and P pages: the query planner's plan of every one fits graph_reserve(R, P)
+  std::mt19937 rng(5);
+  for (const auto& [heads, kv] : {std::pair{32, 8}, std::pair{16, 1}, std::pair{8, 8}})
+    for (int64_t R : {1, 3, 16, 70})
+      for (int64_t P : {1, 5, 40, 300})
+        for (int32_t page_size : {1, 16}) {
+          PlanOptions o = opts_for("query", heads, kv, 128);
+          o.device = device_preset("h100");
+          const LayoutReserve r = graph_reserve(o, R, P, page_size);
+          for (int trial = 0; trial < 3; ++trial) {
+            const int64_t rows = 1 + static_cast<int64_t>(rng() % R);
+            std::vector<std::vector<int32_t>> bt;
+            std::vector<int64_t> lens;
+            int32_t next_page = 0;
+            for (int64_t i = 0; i < rows; ++i) {
+              const int64_t pages = 1 + static_cast<int64_t>(rng() % P);
+              std::vector<int32_t> row;
+              if (i > 0 && rng() % 2) {  // share a full-page prefix of an earlier row
+                const auto& src = bt[rng() % bt.size()];
+                const int64_t keep = std::min<int64_t>(pages - 1, src.size() - 1);
+                row.assign(src.begin(), src.begin() + std::max<int64_t>(0, keep));
+              }
+              while (static_cast<int64_t>(row.size()) < pages) row.push_back(next_page++);
+              bt.push_back(row);
+              lens.push_back((pages - 1) * page_size + 1 + static_cast<int64_t>(rng() % page_size));
+            }
+            const PrefixTree t = tree_from_block_tables(bt, lens, page_size, next_page);
+            const Plan p = make_plan(t, o);
+            SCOPED_TRACE(::testing::Message() << heads << "/" << kv << " R=" << R << " P=" << P
+                                              << " page=" << page_size << " rows=" << rows);
+            for (int c = 0; c < kNumTileClasses; ++c)
+              EXPECT_LE(p.class_begin[c + 1] - p.class_begin[c], r.class_items[c]) << c;
+            EXPECT_LE(static_cast<int64_t>(p.rows.size()), r.rows);
+            EXPECT_LE(static_cast<int64_t>(p.ranges.size()), r.ranges);
+            EXPECT_LE(static_cast<int64_t>(p.page_ids.size()), r.page_ids);
+            EXPECT_LE(static_cast<int64_t>(p.masks.size()), r.masks);
+            EXPECT_LE(p.num_slots, r.slots);
+            EXPECT_LE(p.shape.num_queries, r.queries);
+            // the layout of any plan reserved with it holds the query plan
+            const Plan small = make_plan(
+                tree_from_levels(parse_levels("N=1 C=1 page=" + std::to_string(page_size))), o);
+            const PlanLayout L = plan_layout(small, 1.0, &r);
+            EXPECT_TRUE(plan_fits(p, L));
+          }
+        }
+  PlanOptions o = opts_for("query");
+  EXPECT_THROW(graph_reserve(o, 0, 4, 16), std::invalid_argument);
+  EXPECT_THROW(graph_reserve(o, 4, 0, 16), std::invalid_argument);
+  EXPECT_THROW(graph_reserve(o, 4, 4, 0), std::invalid_argument);
+  EXPECT_THROW(graph_reserve(o, 1 << 20, 1 << 20, 16), std::invalid_argument);
 }
 
 TEST(CostModel, MonotoneAndSane) {

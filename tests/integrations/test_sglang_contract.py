@@ -222,15 +222,11 @@ def test_layer_refuses(backend_cls, kw, word):
         backend.forward_extend(q, None, None, layer, None)
 
 
-def test_graphs_and_extra_arguments_refused(backend_cls, monkeypatch):
+def test_extra_arguments_refused(backend_cls, monkeypatch):
     runner = make_runner(1, size=256)
     backend = ATTENTION_BACKENDS["treeattn"](runner)
-    with pytest.raises(NotImplementedError, match="--disable-decode-cuda-graph"):
-        backend.init_cuda_graph_state(8, 8)
     fb = decode_batch([1], [1], [5])
     runner.req_to_token_pool.write((1, slice(0, 1)), torch.tensor([5], dtype=torch.int32))
-    with pytest.raises(NotImplementedError, match="--disable-decode-cuda-graph"):
-        backend.init_forward_metadata_out_graph(fb, in_capture=True)
     assert backend.get_cuda_graph_seq_len_fill_value() == 1
     backend.init_forward_metadata(fb)
     q = torch.zeros(1, H * D, dtype=torch.float16)
@@ -365,7 +361,10 @@ class Scheduler:
             self.rtp.write((idx, slice(0, len(prefix))), torch.tensor(prefix, dtype=torch.int32))
         return idx, len(prefix)
 
-    def step(self, backend, lays):
+    def step(self, backend, lays, graph=0):
+        """graph: decode batches of at most that many rows go through the graph path
+        (init_forward_metadata_out_graph, as SGLang's decode graph runner calls it before capture
+        and before every replay; larger ones run eagerly, as SGLang runs them)."""
         P = self.P
         r = self.rng.random()
         if self.running and r < 0.15:  # a request finishes
@@ -390,7 +389,11 @@ class Scheduler:
         else:
             fb = extend_batch(mode, idx, prefix, lens, new)
         self.stats[mode.name] += 1
-        backend.init_forward_metadata(fb)
+        if mode == ForwardMode.DECODE and len(rows) <= graph:
+            backend.init_forward_metadata_out_graph(fb, in_capture=self.stats["graph"] == 0)
+            self.stats["graph"] += 1
+        else:
+            backend.init_forward_metadata(fb)
         T = len(new)
         for layer in lays:
             q = torch.from_numpy(self.rng.uniform(-1, 1, (T, H * D))).half()
@@ -457,6 +460,28 @@ def test_forward_matches_reference(backend_cls, kv, page_size):
     tree = core.tree
     _, lens = tree.to_block_tables()
     assert sum(tree.node(v)["tokens"] for v in range(tree.num_nodes)) < sum(lens)
+
+
+@pytest.mark.parametrize("page_size", [1, 8])
+def test_decode_graph_steps_match_reference(backend_cls, page_size):
+    """Decode CUDA graphs: init_cuda_graph_state gives the cores the graph bound (max_bs rows of
+    req_to_token's width in pages); decode batches prepared through init_forward_metadata_out_graph
+    (capture, then every replay) run on the core's one graph plan and match the reference (on
+    the CPU the graph plan is the layout the steps are checked against; the GPU side of the core
+    is tests/python/test_serving_gpu.py)."""
+    runner = make_runner(page_size)
+    backend = ATTENTION_BACKENDS["treeattn"](runner)
+    width = runner.req_to_token_pool.req_to_token.shape[1]
+    backend.init_cuda_graph_state(16, 16)
+    sched = Scheduler(runner, seed=21 + page_size)
+    lays = layers()
+    for _ in range(50):
+        sched.step(backend, lays, graph=16)
+    assert sched.stats["graph"] >= 15, sched.stats
+    core = backend.cores[(H, HK, D)]
+    assert core.graph_bound == (16, -(-width // page_size))
+    assert core.graph_plan is not None and core.plans.get("graph") is None
+    assert core.plan.num_queries == len(sched.running) or sched.stats["EXTEND"]
 
 
 # ---- fp8 KV cache (--kv-cache-dtype fp8_e4m3 / fp8_e5m2)

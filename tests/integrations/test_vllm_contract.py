@@ -101,7 +101,9 @@ def test_signatures_match_pinned_base_classes(backend):
     for ours, base in pairs:
         assert _params(ours) == _params(base), f"{ours.__qualname__} drifted from " \
                                                f"{base.__qualname__}"
-    assert builder._cudagraph_support is vbase.AttentionCGSupport.NEVER
+    # full graphs of pure-decode batches (every decode batch within the graph bound runs on the
+    # core's one graph plan; tests/python/test_serving_gpu.py replays it on a GPU)
+    assert builder._cudagraph_support is vbase.AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
     assert builder.get_cudagraph_support.__func__ is \
         vbase.AttentionMetadataBuilder.get_cudagraph_support.__func__
     assert builder.reorder_batch_threshold == 1
@@ -334,6 +336,8 @@ def test_build_and_forward_match_reference(backend, vllm_config, layout, kv, mon
     monkeypatch.setattr(vllm_config.cache_config, "cache_dtype", kv)
     spec = FullAttentionSpec(block_size=P, num_kv_heads=HK, head_size=D, dtype=cache_dtype,
                              kv_quant_mode=get_kv_quant_mode(kv))
+    # full decode graphs up to 64 rows (vLLM's CPU platform captures none: set as on CUDA)
+    monkeypatch.setattr(vllm_config.compilation_config, "max_cudagraph_capture_size", 64)
     builder = backend.get_builder_cls()(spec, ["layer.0"], vllm_config, torch.device("cpu"))
     fp8 = {"auto": None, "fp8": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[kv]
     assert builder.core.kv_dtype == {"auto": torch.float16, "fp8": "fp8_e4m3",
@@ -404,4 +408,8 @@ def test_build_and_forward_match_reference(backend, vllm_config, layout, kv, mon
         decode_steps += md.num_decodes > 0
     assert mixed >= 5 and decode_steps >= 15
     assert builder.core.sync.counts["incremental"] > 0, builder.core.sync.counts
+    # the graph bound from the config (max_cudagraph_capture_size rows, max_model_len tokens):
+    # the decode batches ran on the core's one graph plan
+    assert builder.core.graph_bound == (64, -(-vllm_config.model_config.max_model_len // P))
+    assert builder.core.graph_plan is not None and builder.core.plans == {}
     assert math.isfinite(float(out.float().abs().max()))

@@ -2,7 +2,9 @@
 tables and vLLM's packed KV cache (both stride orders), and on SGLang-shaped token tables
 (req_to_token, page size 1 and 16, token- and page-major pools), against the float64 oracle,
 with CUDA graphs captured once and replayed on later steps whose trees change (appends, a
-finished request, a join, forks, padding rows), the metadata refreshed by prepare() in place."""
+finished request, a join, forks, padding rows), the metadata refreshed by prepare() in place;
+with a graph bound, one graph per batch size on the core's one graph plan, replayed on every later
+step of that size, the query planner's plan taking the steps whose tree plan does not fit."""
 
 from __future__ import annotations
 
@@ -57,6 +59,54 @@ def test_graph_replay_across_changing_trees(layout, dtype):
                               v.float().cpu().numpy(), bt[real], lens[real])
         np.testing.assert_allclose(out.float().cpu().numpy()[real], ref, atol=2e-2)
     assert replays == 40 and core.sync.counts["incremental"] > 0
+
+
+@pytest.mark.parametrize("planner", ["auto", "node"])
+def test_graph_bound_one_capture_per_size_replays_every_later_step(planner):
+    """As an engine runs graphs: one graph per padded batch size (8, 16), captured at that size's
+    first step and never again; every step prepares the core's one graph plan in place. The node
+    planner's plans of 16 rows outgrow the 16 kM16 items the bound reserves (rows of at most 32
+    pages of 4 tokens: one query-plan item a row), so those steps replay the query plan."""
+    H, Hk, D, pages, dtype = 8, 2, 128, 2000, torch.float16
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    k = torch.rand(pages, P, Hk, D, device="cuda", generator=gen, dtype=dtype) - 0.5
+    v = torch.rand(pages, P, Hk, D, device="cuda", generator=gen, dtype=dtype) - 0.5
+    core = ServingCore(H, Hk, D, P, num_pages=pages, device="cuda", planner=planner,
+                       headroom=1.0, graph_rows=16, graph_pages=32, verify=True)
+    b = Batch(2, num_pages=pages)
+    graphs: dict = {}
+    for step in range(40):
+        b.step(fork=True)
+        bt, lens = b.tables()
+        bt, lens = bt[:16], lens[:16]
+        size = 8 if len(lens) <= 8 else 16
+        lens = np.concatenate([lens, np.zeros(size - len(lens), np.int64)])
+        bt = np.concatenate([bt, np.zeros((size - len(bt), bt.shape[1]), bt.dtype)])
+        fresh = not core.prepare(bt, lens, key=size)
+        assert fresh == (step == 0)  # the graph plan is allocated once, for every size
+        if size not in graphs:
+            q = torch.empty(size, H, D, device="cuda", dtype=dtype)
+            out = torch.empty_like(q)
+            q.copy_(torch.rand(size, H, D, device="cuda", generator=gen, dtype=dtype) - 0.5)
+            core.decode(q, k, v, out=out)  # warm-up outside the capture
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                core.decode(q, k, v, out=out)
+            graphs[size] = (g, q, out)
+        g, q, out = graphs[size]
+        q.copy_(torch.rand(size, H, D, device="cuda", generator=gen, dtype=dtype) - 0.5)
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        real = lens > 0
+        ref, _ = numpy_oracle(q.float().cpu().numpy()[real], k.float().cpu().numpy(),
+                              v.float().cpu().numpy(), bt[real], lens[real])
+        np.testing.assert_allclose(out.float().cpu().numpy()[real], ref, atol=2e-2)
+    assert set(graphs) == {8, 16} and core.plans == {}
+    assert core.sync.counts["incremental"] > 0
+    if planner == "node":
+        assert core.counts["graph_fallback"] > 0, core.counts
 
 
 @pytest.mark.parametrize("page_size,layout", [(1, "nhd"), (16, "nhd"), (16, "hnd")])

@@ -54,10 +54,12 @@ class DevicePlan {
   /// Packs `plan` into the pinned staging buffer and copies it to the workspace on `stream`
   /// (asynchronously; a later upload waits for this copy before reusing the buffer). When the
   /// plan does not fit the current workspace (or none exists), frees it and allocates one laid out
-  /// as plan_layout(plan, headroom) first: graphs captured around run() stay valid only across
-  /// uploads that fit. Not allowed while `stream` is being captured. Throws std::invalid_argument
-  /// naming "plan" / "headroom", or std::runtime_error with the CUDA error.
-  void upload(const Plan& plan, cudaStream_t stream, double headroom = 1.0);
+  /// as plan_layout(plan, headroom, reserve) first: graphs captured around run() stay valid only
+  /// across uploads that fit. Not allowed while `stream` is being captured. Throws
+  /// std::invalid_argument naming "plan" / "headroom" / "reserve", or std::runtime_error with the
+  /// CUDA error.
+  void upload(const Plan& plan, cudaStream_t stream, double headroom = 1.0,
+              const LayoutReserve* reserve = nullptr);
   /// True when a workspace exists and `plan` fits its layout (upload() would not reallocate).
   bool fits(const Plan& plan) const;
   /// Runs the uploaded plan on `stream` (run_decode on this plan's device). Throws

@@ -48,8 +48,17 @@ struct PlanLayout {
   int64_t total_bytes = 0;     ///< whole workspace (metadata + fp32 partials)
 };
 
-/// Headroom > 1 sizes every capacity up (for graph replay over later, larger plans).
-PlanLayout plan_layout(const Plan& plan, double headroom = 1.0);
+/// Capacities a layout keeps whatever plan it is laid out from (graph_reserve() in planner.h
+/// gives the ones that hold every later plan of a CUDA-graph step); zeros reserve nothing.
+struct LayoutReserve {
+  int64_t class_items[kNumTileClasses] = {0, 0, 0};
+  int64_t rows = 0, ranges = 0, page_ids = 0, masks = 0, slots = 0, queries = 0;
+};
+
+/// Headroom > 1 sizes every capacity up (for graph replay over later, larger plans); `reserve`
+/// (optional) raises each capacity to at least its value.
+PlanLayout plan_layout(const Plan& plan, double headroom = 1.0,
+                       const LayoutReserve* reserve = nullptr);
 /// Sets the layout's counts of the plan it runs (m16_items_planned, class_items_planned,
 /// class_kv_tokens_planned, merge_queries_planned, merge_slots_planned) from `plan`: plan_layout
 /// sets them for its own plan, DevicePlan::upload for every plan it uploads into an existing

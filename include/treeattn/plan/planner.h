@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "treeattn/plan/cost/device_info.h"
+#include "treeattn/plan/layout.h"
 #include "treeattn/plan/plan.h"
 #include "treeattn/tree/prefix_tree.h"
 
@@ -45,5 +46,18 @@ PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
 /// on the same tree too (it only reads it); their one shared structure, FlashForge's profile
 /// cache, is behind a mutex.
 Plan make_plan(const PrefixTree& tree, const PlanOptions& opts);
+
+/// Capacities for the device layout of a CUDA-graph step (plan_layout's `reserve`): every plan
+/// of the `query` planner (opts' heads and device) over at most `rows` queries, each on a path
+/// of at most `pages_per_row` pages of `page_size` tokens (one page list per path: nodes start on
+/// page boundaries, as those built from block tables do), fits them, so a serving step whose
+/// tree plan does not fit can always run the query plan instead. Beyond that bound they keep a
+/// budget for tree plans: kGraphRowsPerQuery rows and merge slots per query and kGraphWaves waves
+/// of one CTA per SM in each grouped tile class. O(1); throws std::invalid_argument naming
+/// "rows", "pages_per_row" or "page_size" when < 1, or a capacity above 2^31 - 1.
+inline constexpr int kGraphRowsPerQuery = 8;
+inline constexpr int kGraphWaves = 2;
+LayoutReserve graph_reserve(const PlanOptions& opts, int64_t rows, int64_t pages_per_row,
+                            int32_t page_size);
 
 }  // namespace treeattn

@@ -9,6 +9,13 @@ engine's KV cache into the caller's output buffer, so a step can be captured in 
 once and replayed with new metadata. :meth:`ServingCore.prefetch` plans the predictable next
 step (every row appends one token into its current page) while the GPU runs this one.
 
+CUDA graphs whose steps' trees cannot be known at capture (a serving engine's): with a graph bound
+(``graph_rows`` / ``graph_pages``, or :meth:`ServingCore.set_graph_bound`), every graph step
+(``prepare(key=...)``) runs on one device plan shared by all keys and laid out for the bound
+(:meth:`treeattn.Plan.reserve`); a step whose tree plan does not fit that layout runs the
+``query`` planner's plan, which always fits (``counts["graph_fallback"]``), so a graph captured
+once replays every later step within the bound.
+
 KV layouts: separate K and V caches ``[num_pages, page_size, num_kv_heads, head_dim]`` (any
 strides with head_dim contiguous), the combined ``[num_pages, 2, page_size, num_kv_heads,
 head_dim]`` (v_cache=None), and vLLM's packed per-layer cache ``[num_blocks, num_kv_heads,
@@ -56,13 +63,15 @@ class ServingCore:
     preset and KV element type (float16 / bfloat16, or an fp8 KV cache: 'fp8_e4m3', 'fp8_e5m2'
     or torch.float8_e4m3fn / float8_e5m2, planned with treeattn.plan(kv_dtype=...); decode()
     then takes the k_scale / v_scale of the layer). pad_page: page read by padding rows
-    (length 0).
+    (length 0). graph_rows / graph_pages: the graph bound (module docstring; 0: none): the most
+    rows of a graph step and the most pages of one of its rows.
     """
 
     def __init__(self, num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int, *,
                  num_pages: int = 0, device: Any = "cpu", planner: str = "auto",
                  preset: str = "h100", kv_dtype: Any = "float16", headroom: float = 2.0,
-                 pad_page: int = 0, verify: bool = False) -> None:
+                 pad_page: int = 0, verify: bool = False, graph_rows: int = 0,
+                 graph_pages: int = 0) -> None:
         for name, v in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
                         ("head_dim", head_dim)):
             check_int(name, v, 1)
@@ -87,15 +96,35 @@ class ServingCore:
         #: the plan decode() runs (set by prepare())
         self.plan: Optional[Plan] = None
         self._ahead = None  # (bt, lens, TreeSync state, plan) of the predicted next step
-        self.counts = {"planned_ahead": 0}
+        self.counts = {"planned_ahead": 0, "graph_fallback": 0}
+        self._graph_bound = (0, 0)
+        #: the device plan every graph step runs when a graph bound is set (made at the first)
+        self.graph_plan: Optional[Plan] = None
+        if graph_rows or graph_pages:
+            self.set_graph_bound(graph_rows, graph_pages)
 
     @property
     def tree(self):
         return self.sync.tree
 
-    def _plan(self, tree, headroom: float = 1.0) -> Plan:
+    @property
+    def graph_bound(self) -> Tuple[int, int]:
+        """(rows, pages) of the graph bound; (0, 0) when none is set."""
+        return self._graph_bound
+
+    def set_graph_bound(self, rows: int, pages: int) -> None:
+        """Sets the graph bound: graph steps have at most `rows` rows of at most `pages` pages
+        each (ints >= 1). Only before the first graph step (ValueError naming 'graph_rows'
+        after it, unless the bound is the same)."""
+        bound = (check_int("graph_rows", rows, 1), check_int("graph_pages", pages, 1))
+        if self.graph_plan is not None and bound != self._graph_bound:
+            raise ValueError(f"graph_rows: the graph plan was laid out for {self._graph_bound} "
+                             f"(rows, pages) at the first graph step; got {bound}")
+        self._graph_bound = bound
+
+    def _plan(self, tree, headroom: float = 1.0, planner: Optional[str] = None) -> Plan:
         H, Hk, D = self.shape
-        return treeattn.plan(tree, H, Hk, D, planner=self.planner, device=self.preset,
+        return treeattn.plan(tree, H, Hk, D, planner=planner or self.planner, device=self.preset,
                              headroom=headroom, **self._plan_kv)
 
     def prepare(self, block_tables: Any, seq_lens: Any, key: Optional[Hashable] = None) -> bool:
@@ -106,6 +135,9 @@ class ServingCore:
         padding row. key: the CUDA-graph key of the step (e.g. its padded row count), or None for
         an eager step. Returns False when the key's device plan had to be (re)allocated (a graph
         captured for that key must be captured again), True otherwise."""
+        if key is not None and self._graph_bound[0]:  # before the tree changes
+            lens = np.asarray(seq_lens.numpy() if hasattr(seq_lens, "numpy") else seq_lens)
+            self._check_graph_bound(lens.reshape(-1))
         new = self._take_ahead(block_tables, seq_lens)
         if new is None:
             new = self._plan(self.sync.update(block_tables, seq_lens))
@@ -135,6 +167,8 @@ class ServingCore:
         """Makes `new` the step's plan: on CUDA into the key's device plan, refreshed in place
         when it fits, else allocated with the headroom (then False: a graph captured for the key
         must be captured again)."""
+        if key is not None and self._graph_bound[0]:
+            return self._install_graph(new)
         if self.device.type != "cuda":
             self.plan = new
             return True
@@ -146,6 +180,35 @@ class ServingCore:
         p.to_device(self.device)
         self.plans[key] = self.plan = p
         return old is None and key is None
+
+    def _check_graph_bound(self, lens: np.ndarray) -> None:
+        rows, pages = self._graph_bound
+        need = int(-(-int(lens.max()) // self.sync.page_size)) if lens.size else 0
+        if lens.shape[0] > rows or need > pages:
+            raise ValueError(f"block_tables: a graph step of {lens.shape[0]} rows of up to {need} "
+                             f"pages is outside the graph bound ({rows} rows, {pages} pages)")
+
+    def _install_graph(self, new: Plan) -> bool:
+        """_install() for a graph step: into the shared graph plan (made with the bound at the
+        first graph step: then False), or the query planner's plan when `new` does not fit."""
+        rows, pages = self._graph_bound
+        s = self.sync
+        self._check_graph_bound(np.where(s._pad, 0, s._lens))
+        g, fresh = self.graph_plan, self.graph_plan is None
+        if fresh:
+            g = self._plan(s.tree, self.headroom).reserve(rows, pages, self.preset)
+            if self.device.type == "cuda":
+                g.to_device(self.device)
+            self.graph_plan = g
+        if not g.fits(new):
+            new = self._plan(s.tree, planner="query")
+            self.counts["graph_fallback"] += 1
+            if not g.fits(new):  # graph_reserve() bounds the query planner: never expected
+                raise RuntimeError("treeattn ServingCore: the query plan of a graph step does "
+                                   "not fit the graph layout reserved for it")
+        # on CUDA the shared workspace runs it; on the CPU the graph plan is only the layout
+        self.plan = g.update(new) if self.device.type == "cuda" else new
+        return not fresh
 
     def prefetch(self, grow: Any = None) -> bool:
         """Plans the predictable next step now (call it while the GPU runs this one): every row

@@ -1,6 +1,6 @@
 """treeattn's SGLang plugin: registers the attention backend ``treeattn``, selected with
-``python -m sglang.launch_server --model-path MODEL --attention-backend treeattn
---disable-decode-cuda-graph``.
+``python -m sglang.launch_server --model-path MODEL --attention-backend treeattn`` (decode CUDA
+graphs included).
 
 SGLang (0.5.23) loads it through the ``sglang.srt.plugins`` entry point
 (``sglang.srt.plugins.load_plugins``, filtered by ``SGLANG_PLUGINS``) in the launcher and in every

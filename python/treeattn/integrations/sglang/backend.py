@@ -26,10 +26,14 @@ Host cost: one device-to-host copy per decode step (the first slot of each page 
 ``req_to_token`` rows, :func:`treeattn.serving.token_table.page_table`), since SGLang keeps that
 table on the device only; sequence lengths come from ``forward_batch.seq_lens_cpu``.
 
-CUDA graphs of the decode phase are refused (init_cuda_graph_state raises): a captured graph
-keeps the device plan workspace of its capture, the core cannot bound the plans of later steps of
-that batch size in advance, and SGLang neither re-captures nor falls back to eager per step.
-Prefill graphs (SGLang's breakable graphs run attention eagerly) go to the prefill backend.
+Decode CUDA graphs: init_cuda_graph_state(max_bs, ...) gives the serving cores a graph bound
+(max_bs rows of at most req_to_token's width in pages); init_forward_metadata_out_graph, before
+capture and before every replay, prepares the step as a graph step: every batch size runs on one
+device plan laid out for the bound (treeattn.Plan.reserve), and a step whose tree plan does not
+fit it runs the query planner's plan, which always fits (ServingCore, "graph_fallback"). The
+cores are made, and their device plans allocated, by the first decode forward of a batch size,
+which SGLang runs eagerly (warm-up) before it captures. Prefill graphs (SGLang's breakable
+graphs run attention eagerly) go to the prefill backend.
 """
 
 from __future__ import annotations
@@ -64,9 +68,8 @@ SCALE_BLIND_PREFILL = ("TorchNativeAttnBackend", "TorchFlexAttnBackend", "WaveAt
 #: HND ([pages, heads, page_size, dim], SGLANG_USE_HND_KVCACHE)
 KV_LAYOUTS = ("nhd", "hnd")
 
-_NO_GRAPHS = ("treeattn SGLang backend: decode CUDA graphs are not supported (a captured graph "
-              "keeps the device plan of its capture, and a later step's plan may not fit it); "
-              "launch with --disable-decode-cuda-graph (or --cuda-graph-backend-decode disabled)")
+#: the ServingCore key of graph steps (every batch size shares the one graph plan)
+GRAPH_KEY = "graph"
 
 
 def _refusals(model_runner: Any) -> list:
@@ -155,6 +158,8 @@ class TreeAttnBackend(AttentionBackend):
         self._prepared: Dict[Tuple[int, int, int], int] = {}  # shape -> step it was prepared
         self._step = 0
         self._tables: Optional[Tuple[np.ndarray, np.ndarray]] = None
+        self._key: Optional[str] = None  # GRAPH_KEY for graph steps, None for eager ones
+        self._graph_bound: Optional[Tuple[int, int]] = None
         self._checked_layers: set = set()
         if prefill_backend is None and getattr(
                 model_runner, "prefill_attention_backend_str", BACKEND_NAME) == BACKEND_NAME:
@@ -177,9 +182,7 @@ class TreeAttnBackend(AttentionBackend):
                                         in_capture: bool = False):
         mode = forward_batch.forward_mode
         if mode.is_decode():
-            if in_capture:
-                raise NotImplementedError(_NO_GRAPHS)
-            self._prepare_decode(forward_batch)
+            self._prepare_decode(forward_batch, GRAPH_KEY)
         elif not mode.is_idle():
             self._prefill().init_forward_metadata_out_graph(forward_batch, in_capture)
 
@@ -189,7 +192,15 @@ class TreeAttnBackend(AttentionBackend):
             self._prefill().init_forward_metadata_in_graph(forward_batch)
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
-        raise NotImplementedError(_NO_GRAPHS)
+        width = int(self.req_to_token_pool.req_to_token.shape[1])
+        self._graph_bound = (int(max_bs), -(-width // self.page_size))
+        for core in self.cores.values():
+            core.set_graph_bound(*self._graph_bound)
+        if self.prefill_backend is not None:  # its own graphs (prefill, if captured) need state
+            try:
+                self.prefill_backend.init_cuda_graph_state(max_bs, max_num_tokens)
+            except NotImplementedError:  # e.g. torch_native, which captures no graphs
+                pass
 
     def get_cuda_graph_seq_len_fill_value(self):
         # length of the padded rows of dummy and prefill-graph batches: the prefill backend's,
@@ -201,14 +212,16 @@ class TreeAttnBackend(AttentionBackend):
                 pass
         return 1
 
-    def _prepare_decode(self, fb: ForwardBatch) -> None:
-        """Host copy of the batch's page table and lengths; prepares the cores made so far."""
+    def _prepare_decode(self, fb: ForwardBatch, key: Optional[str] = None) -> None:
+        """Host copy of the batch's page table and lengths; prepares the cores made so far (key:
+        GRAPH_KEY for a graph step's capture or replay, None for an eager step)."""
         lens = fb.seq_lens_cpu if fb.seq_lens_cpu is not None else fb.seq_lens.cpu()
         self._tables = page_table(self.req_to_token_pool.req_to_token, fb.req_pool_indices,
                                   lens, self.page_size)
+        self._key = key
         self._step += 1
         for shape, core in self.cores.items():
-            core.prepare(*self._tables)
+            core.prepare(*self._tables, key=key)
             self._prepared[shape] = self._step
 
     # ---- forward
@@ -260,10 +273,12 @@ class TreeAttnBackend(AttentionBackend):
         core = self.cores.get(shape)
         if core is None:
             core = self.cores[shape] = ServingCore(*shape, self.page_size, **self._core_args)
+            if self._graph_bound is not None:
+                core.set_graph_bound(*self._graph_bound)
         if self._prepared.get(shape) != self._step:
             if self._tables is None:
                 raise ValueError("forward_batch: decode before init_forward_metadata")
-            core.prepare(*self._tables)
+            core.prepare(*self._tables, key=self._key)
             self._prepared[shape] = self._step
         return core
 

@@ -30,9 +30,13 @@ block table on the GPU), so build() copies the decode rows' block-table prefix t
 device-to-host copy per step. Sequence lengths come from ``seq_lens_cpu_upper_bound``, exact
 without speculative decoding (with it, the lengths are copied too).
 
-CUDA graphs: ``_cudagraph_support = NEVER``. A captured graph would keep the device plan of its
-capture, and a later step whose plan outgrows that workspace cannot make vLLM capture again;
-so vLLM runs this backend's attention eagerly between its piecewise graphs.
+CUDA graphs: ``_cudagraph_support = UNIFORM_SINGLE_TOKEN_DECODE``: vLLM captures full graphs of
+pure-decode batches (and runs this backend's attention eagerly between its piecewise graphs for
+mixed ones). The core gets a graph bound (``max_cudagraph_capture_size`` rows of at most
+``max_model_len`` tokens) and every decode batch within it is prepared on the core's one graph
+plan (ServingCore, laid out for the bound with treeattn.Plan.reserve): a step whose tree plan
+does not fit runs the query planner's plan in it, so a graph captured once replays every later
+step. Larger decode batches (vLLM runs them eagerly) get the core's eager plan.
 """
 
 from __future__ import annotations
@@ -207,8 +211,13 @@ def _host(x: torch.Tensor) -> np.ndarray:
         return x.to("cpu").numpy()
 
 
+#: the ServingCore key of decode batches within the graph bound (one plan for every batch size)
+GRAPH_KEY = "graph"
+
+
 class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
-    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+    _cudagraph_support: ClassVar[AttentionCGSupport] = \
+        AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
     reorder_batch_threshold: int | None = 1
 
     def __init__(self, kv_cache_spec, layer_names: list[str], vllm_config,
@@ -226,6 +235,11 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
             num_pages=int(num_pages), device=device, planner=cfg["planner"],
             preset=cfg["preset"] or preset_for(device),
             kv_dtype=_plan_kv_dtype(kv_cache_spec, vllm_config), headroom=cfg["headroom"])
+        comp = getattr(vllm_config, "compilation_config", None)
+        rows = getattr(comp, "max_cudagraph_capture_size", None) or 0
+        max_len = getattr(model, "max_model_len", None) or 0
+        if rows > 0 and max_len > 0:
+            self.core.set_graph_bound(int(rows), -(-int(max_len) // self.page_size))
         self._fa_builder = None
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
@@ -242,7 +256,9 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
                 lens = _host(cm.seq_lens[:nd])
             cols = max(1, -(-int(lens.max()) // self.page_size))
             bt = _host(cm.block_table_tensor[:nd, :cols])
-            self.core.prepare(bt, lens)
+            rows, pages = self.core.graph_bound
+            graph = 0 < nd <= rows and cols <= pages  # within the bound: the graph plan
+            self.core.prepare(bt, lens, key=GRAPH_KEY if graph else None)
             md.plan = self.core.plan
         if npf:
             md.prefill = _slice_from(cm, nd, ndt)
