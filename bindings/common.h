@@ -94,6 +94,9 @@ struct PyPlan {
   double headroom = 1.0;
   /// Capacities the layout keeps (Plan.reserve(): a CUDA-graph step's bound); none by default.
   LayoutReserve reserve;
+  /// Launch grids of the next decodes (Plan._set_launch_caps; -1 = the layout's capacity).
+  int64_t launch_class_items[kNumTileClasses] = {-1, -1, -1};
+  int64_t launch_queries = -1;
   int32_t device_id = -1;  ///< CUDA device of the workspace, -1 = none
   DevicePlan* device = nullptr;
 

@@ -479,6 +479,8 @@ void decode_cuda(PyPlan& p, const AnyArray& q, const AnyArray& k, const AnyArray
   a.o_stride_head = out.stride(1);
   a.lse = lse ? static_cast<float*>(lse->data()) : nullptr;
   a.sm_scale = sm_scale;
+  for (int c = 0; c < kNumTileClasses; ++c) a.launch_class_items[c] = p.launch_class_items[c];
+  a.launch_queries = p.launch_queries;
   p.device->run(a, reinterpret_cast<cudaStream_t>(stream));
 }
 #endif

@@ -279,6 +279,40 @@ void register_plan(nb::module_& m) {
                           device_from(device));
           },
           nb::arg("rows").none(), nb::arg("pages_per_row").none(), nb::arg("device"))
+      .def(
+          "_graph_caps",
+          [](const PyPlan& p, IntParam rows, IntParam pages_per_row, nb::handle device) {
+            const Plan& pl = p.state.snapshot()->plan;
+            PlanOptions o;
+            o.num_qo_heads = pl.shape.num_qo_heads;
+            o.num_kv_heads = pl.shape.num_kv_heads;
+            o.head_dim = pl.shape.head_dim;
+            o.device = device_from(device);
+            const LayoutReserve r =
+                graph_reserve(o, int_arg<int64_t>("rows", rows, 1, 2147483647),
+                              int_arg<int64_t>("pages_per_row", pages_per_row, 1, 2147483647),
+                              pl.shape.page_size);
+            return nb::make_tuple(
+                std::vector<int64_t>(r.class_items, r.class_items + kNumTileClasses), r.queries);
+          },
+          nb::arg("rows").none(), nb::arg("pages_per_row").none(), nb::arg("device"))
+      .def(
+          "_set_launch_caps",
+          [](PyPlan& p, nb::handle class_items, IntParam queries) {
+            if (class_items.is_none()) {
+              for (int64_t& c : p.launch_class_items) c = -1;
+              p.launch_queries = -1;
+              return;
+            }
+            const std::vector<int64_t> v =
+                int_list_arg("class_items", class_items, -1, int64_t{2147483647});
+            TA_CHECK_ARG(v.size() == kNumTileClasses, "class_items", "expected ", kNumTileClasses,
+                         " caps, got ", v.size());
+            const int64_t q = int_arg<int64_t>("queries", queries, -1, 2147483647);
+            std::copy(v.begin(), v.end(), p.launch_class_items);
+            p.launch_queries = q;
+          },
+          nb::arg("class_items").none(), nb::arg("queries").none())
       .def("_to_device", &PyPlan::to_device, nb::arg("device"), nb::arg("stream"))
       .def("_update", &PyPlan::update, nb::arg("other"), nb::arg("stream"))
       .def("release_device", &PyPlan::release_device,

@@ -5,6 +5,7 @@
 // argument or limit (or the CUDA error) in last_cuda_error().
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdarg>
@@ -278,6 +279,28 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
                   s == args.k_scale ? "args.k_scale" : "args.v_scale");
   if ((reinterpret_cast<uintptr_t>(args.timeline) & 7u) != 0)
     return fail(kBad, "args.timeline: must be 8-byte aligned");
+  // launch grids: the layout's capacities, or the caller's caps, which the plan must fit
+  PlanLayout grid = layout;
+  for (int c = 0; c < kNumTileClasses; ++c) {
+    const int64_t cap = args.launch_class_items[c];
+    if (cap < -1) return fail(kBad, "args.launch_class_items[%d]: must be >= -1", c);
+    if (cap < 0) continue;
+    if (layout.class_items_planned[c] > cap)
+      return fail(kBad,
+                  "args.launch_class_items[%d]: the plan has %lld items of the class, above "
+                  "the cap %lld",
+                  c, static_cast<long long>(layout.class_items_planned[c]),
+                  static_cast<long long>(cap));
+    grid.class_items[c] = std::min(layout.class_items[c], cap);
+  }
+  if (args.launch_queries < -1) return fail(kBad, "args.launch_queries: must be >= -1");
+  if (args.launch_queries >= 0) {
+    if (layout.queries_planned > args.launch_queries)
+      return fail(kBad, "args.launch_queries: the plan has %lld queries, above the cap %lld",
+                  static_cast<long long>(layout.queries_planned),
+                  static_cast<long long>(args.launch_queries));
+    grid.queries = std::min(layout.queries, args.launch_queries);
+  }
   const struct {
     int64_t stride;
     const char* name;
@@ -357,7 +380,7 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
   const Status st = dispatch_dtype(args.dtype, [&](auto dt) {
     return dispatch_head_dim(shape.head_dim, [&](auto hd) {
       return dispatch_kv(args.kv_dtype, [&](auto kv) {
-        return launch_plan<decltype(dt)::value, decltype(hd)::value, decltype(kv)::value>(p, layout,
+        return launch_plan<decltype(dt)::value, decltype(hd)::value, decltype(kv)::value>(p, grid,
                                                                                           stream);
       });
     });

@@ -114,6 +114,7 @@ void set_planned_counts(const Plan& plan, PlanLayout* layout) {
     merged += plan.merge_indptr[q + 1] > plan.merge_indptr[q];
   layout->merge_queries_planned = merged;
   layout->merge_slots_planned = static_cast<int64_t>(plan.merge_slots.size());
+  layout->queries_planned = plan.shape.num_queries;
 }
 
 bool plan_fits(const Plan& plan, const PlanLayout& layout) {

@@ -365,21 +365,31 @@ def test_page_after_two_prefixes_is_refused_naming_block_tables():
         sync.update([[1, 2, 8], [3, 4, 8]], [10, 10])
 
 
+def caterpillar(rows: int):
+    """Block tables whose row k shares the first k pages of the next rows and owns one more: a
+    chain of one-page nodes, row k at depth k + 1 (node plans of many rows per query)."""
+    bt = np.zeros((rows, rows), np.int64)
+    for r in range(rows):
+        bt[r, :r] = np.arange(1, r + 1)
+        bt[r, r] = 100 + r
+    return bt, np.array([P * r + 3 for r in range(rows)], np.int64)
+
+
 def test_graph_bound_shares_one_plan_and_falls_back_to_the_query_plan(monkeypatch):
     """With a graph bound every graph key runs one plan laid out for the bound (CUDA path on the
-    CPU, the upload stubbed out): allocated at the first graph step only; a step whose tree plan
-    exceeds the layout (here the node planner's 7 items against the 4 the bound reserves for 4
-    rows of 3 pages) runs the query planner's plan in it and decodes like the oracle; steps
-    outside the bound and a changed bound are refused naming the argument; eager steps (key None)
-    keep their own plan."""
+    CPU, the upload stubbed out): allocated at the first graph step only, launched with the grids
+    the bound reserves for the step's rows; a step whose tree plan exceeds them (the node planner
+    on 16 rows of a chain: 136 rows against the 8 a query the bound keeps) runs the query
+    planner's plan in it and decodes like the oracle; steps outside the bound and a changed bound
+    are refused naming the argument; eager steps (key None) keep their own plan."""
     monkeypatch.setattr(treeattn.Plan, "to_device", lambda self, device=None, stream=None: self)
     rng = np.random.default_rng(12)
     H, Hk, D = 4, 2, 64
-    core = ServingCore(H, Hk, D, P, num_pages=16, device="cuda", planner="node", headroom=1.0,
-                       graph_rows=4, graph_pages=3)
-    k, v, (kc, vc) = _caches(rng, 16, H, Hk, D, "split")
+    core = ServingCore(H, Hk, D, P, num_pages=128, device="cuda", planner="node", headroom=1.0,
+                       graph_rows=16, graph_pages=16)
+    k, v, (kc, vc) = _caches(rng, 128, H, Hk, D, "split")
     steps = [(np.array([[1, 2, 3], [1, 2, 4]]), np.array([10, 9]), 2, False),
-             (np.array([[1, 2, 3], [1, 2, 4], [1, 5, 6], [1, 5, 7]]), np.array([10] * 4), 4, True),
+             caterpillar(16) + (16, True),
              (np.array([[1, 2, 3], [1, 2, 4]]), np.array([11, 10]), 2, False)]
     for i, (bt, lens, key, fallback) in enumerate(steps):
         before = core.counts["graph_fallback"]
@@ -392,16 +402,16 @@ def test_graph_bound_shares_one_plan_and_falls_back_to_the_query_plan(monkeypatc
         np.testing.assert_allclose(core.decode(q, kc, vc).numpy(), ref, atol=2e-5)
     assert core.plans == {}  # no per-key plans
     layout = core.graph_plan.layout()
-    assert layout["queries"] == 4 and layout["class_items"][0] == 4, layout
+    assert layout["queries"] == 16 and layout["rows"] == 8 * 16, layout
     version = core.tree.version
-    with pytest.raises(ValueError, match="block_tables: a graph step of 5 rows"):
-        core.prepare(np.arange(1, 11).reshape(5, 2), np.full(5, 8), key=5)
+    with pytest.raises(ValueError, match="block_tables: a graph step of 17 rows"):
+        core.prepare(np.arange(1, 35).reshape(17, 2), np.full(17, 8), key=17)
     assert core.tree.version == version  # refused before the tree changed
     with pytest.raises(ValueError, match="outside the graph bound"):
-        core.prepare(np.array([[1, 2, 3, 8]]), np.array([14]), key=1)
+        core.prepare(np.arange(1, 18)[None], np.array([4 * 17]), key=1)
     with pytest.raises(ValueError, match="graph_rows"):
-        core.set_graph_bound(8, 3)
-    core.set_graph_bound(4, 3)  # the same bound: fine
+        core.set_graph_bound(8, 16)
+    core.set_graph_bound(16, 16)  # the same bound: fine
     eager = core.prepare(np.array([[1, 2, 3], [1, 2, 4]]), np.array([12, 11]))
     assert eager and core.plan is core.plans[None] and core.plan is not core.graph_plan
     for bad, name in (((0, 3), "graph_rows"), ((4, 0), "graph_pages"), ((4.0, 3), "graph_rows")):

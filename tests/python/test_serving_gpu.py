@@ -14,7 +14,7 @@ import torch
 
 import treeattn
 from conftest import numpy_oracle
-from test_serving import P, Batch
+from test_serving import P, Batch, caterpillar
 from treeattn.serving import ServingCore, split_packed_kv
 from treeattn.serving.token_table import page_table
 
@@ -64,9 +64,9 @@ def test_graph_replay_across_changing_trees(layout, dtype):
 @pytest.mark.parametrize("planner", ["auto", "node"])
 def test_graph_bound_one_capture_per_size_replays_every_later_step(planner):
     """As an engine runs graphs: one graph per padded batch size (8, 16), captured at that size's
-    first step and never again; every step prepares the core's one graph plan in place. The node
-    planner's plans of 16 rows outgrow the 16 kM16 items the bound reserves (rows of at most 32
-    pages of 4 tokens: one query-plan item a row), so those steps replay the query plan."""
+    first step and never again; every step prepares the core's one graph plan in place. Every
+    fifth step is a chain of 16 rows (test_serving.caterpillar), whose node plan outgrows the
+    rows the bound keeps, so those steps replay the query plan with the node planner."""
     H, Hk, D, pages, dtype = 8, 2, 128, 2000, torch.float16
     gen = torch.Generator(device="cuda").manual_seed(1)
     k = torch.rand(pages, P, Hk, D, device="cuda", generator=gen, dtype=dtype) - 0.5
@@ -77,7 +77,7 @@ def test_graph_bound_one_capture_per_size_replays_every_later_step(planner):
     graphs: dict = {}
     for step in range(40):
         b.step(fork=True)
-        bt, lens = b.tables()
+        bt, lens = caterpillar(16) if step % 5 == 4 else b.tables()
         bt, lens = bt[:16], lens[:16]
         size = 8 if len(lens) <= 8 else 16
         lens = np.concatenate([lens, np.zeros(size - len(lens), np.int64)])

@@ -49,6 +49,12 @@ struct DecodeArgs {
   /// of kTimelineWords words, 8-byte aligned, that every attention and merge CTA stamps at its
   /// phases (TimelineWord); nullptr (the default) = off.
   uint64_t* timeline = nullptr;
+  /// Launch grids (optional): CTAs for at most launch_class_items[c] items of tile class c and
+  /// merge CTAs for at most launch_queries queries; -1 (the default) = the layout's capacity.
+  /// The plan uploaded must stay within them (run_decode checks the plan it sees; a captured
+  /// graph keeps its grids, so the caller keeps every later plan within them too).
+  int64_t launch_class_items[kNumTileClasses] = {-1, -1, -1};
+  int64_t launch_queries = -1;
 };
 
 /// Words of one CTA's timeline record. Record of attention CTA (blockIdx.x, blockIdx.y) of tile

@@ -39,6 +39,7 @@ struct PlanLayout {
   /// The plan's queries with merge slots and its merge slots (headroom not applied; set by
   /// set_planned_counts): the merge variant (tile::use_deep_merge) follows them.
   int64_t merge_queries_planned = 0, merge_slots_planned = 0;
+  int64_t queries_planned = 0;  ///< the plan's queries (set_planned_counts)
   int64_t items = 0, rows = 0, ranges = 0, page_ids = 0, masks = 0, slots = 0, queries = 0;
   int32_t num_qo_heads = 0, head_dim = 0;
   // byte offsets into the workspace

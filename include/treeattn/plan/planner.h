@@ -52,9 +52,14 @@ Plan make_plan(const PrefixTree& tree, const PlanOptions& opts);
 /// of at most `pages_per_row` pages of `page_size` tokens (one page list per path: nodes start on
 /// page boundaries, as those built from block tables do), fits them, so a serving step whose
 /// tree plan does not fit can always run the query plan instead. Beyond that bound they keep a
-/// budget for tree plans: kGraphRowsPerQuery rows and merge slots per query and kGraphWaves waves
-/// of one CTA per SM in each grouped tile class. O(1); throws std::invalid_argument naming
+/// budget for tree plans: kGraphItemsPerQuery items (in the class of one query's rows) and
+/// kGraphRowsPerQuery rows and merge slots per query, and kGraphWaves waves
+/// of one CTA per SM in each grouped tile class that `rows` queries can fill (kM64 when they pack
+/// more than 16 rows, kM128 more than 64). Its class_items and queries also serve as the launch
+/// grids of a graph step of `rows` rows (DecodeArgs::launch_class_items). O(1); throws
+/// std::invalid_argument naming
 /// "rows", "pages_per_row" or "page_size" when < 1, or a capacity above 2^31 - 1.
+inline constexpr int kGraphItemsPerQuery = 2;
 inline constexpr int kGraphRowsPerQuery = 8;
 inline constexpr int kGraphWaves = 2;
 LayoutReserve graph_reserve(const PlanOptions& opts, int64_t rows, int64_t pages_per_row,

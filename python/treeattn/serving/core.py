@@ -12,9 +12,10 @@ step (every row appends one token into its current page) while the GPU runs this
 CUDA graphs whose steps' trees cannot be known at capture (a serving engine's): with a graph bound
 (``graph_rows`` / ``graph_pages``, or :meth:`ServingCore.set_graph_bound`), every graph step
 (``prepare(key=...)``) runs on one device plan shared by all keys and laid out for the bound
-(:meth:`treeattn.Plan.reserve`); a step whose tree plan does not fit that layout runs the
-``query`` planner's plan, which always fits (``counts["graph_fallback"]``), so a graph captured
-once replays every later step within the bound.
+(:meth:`treeattn.Plan.reserve`), launched with the grids that bound reserves for the step's row
+count (a graph per padded batch size launches only those); a step whose tree plan does not fit
+them runs the ``query`` planner's plan, which always fits (``counts["graph_fallback"]``), so a
+graph captured once replays every later step of its size within the bound.
 
 KV layouts: separate K and V caches ``[num_pages, page_size, num_kv_heads, head_dim]`` (any
 strides with head_dim contiguous), the combined ``[num_pages, 2, page_size, num_kv_heads,
@@ -100,6 +101,7 @@ class ServingCore:
         self._graph_bound = (0, 0)
         #: the device plan every graph step runs when a graph bound is set (made at the first)
         self.graph_plan: Optional[Plan] = None
+        self._caps: Dict[int, Any] = {}  # rows of a graph step -> its launch grids
         if graph_rows or graph_pages:
             self.set_graph_bound(graph_rows, graph_pages)
 
@@ -200,12 +202,24 @@ class ServingCore:
             if self.device.type == "cuda":
                 g.to_device(self.device)
             self.graph_plan = g
-        if not g.fits(new):
+        # launch grids of a step of n rows: what graph_reserve(n, pages) reserves (every replay
+        # of the graph captured for n rows launches them)
+        n = int(s._lens.shape[0])
+        caps = self._caps.get(n)
+        if caps is None:
+            caps = self._caps[n] = g._graph_caps(n, pages, self.preset)
+
+        def fits(p: Plan) -> bool:
+            return (g.fits(p) and p.num_queries <= caps[1] and
+                    all(a <= b for a, b in zip(p.class_items, caps[0])))
+
+        if not fits(new):
             new = self._plan(s.tree, planner="query")
             self.counts["graph_fallback"] += 1
-            if not g.fits(new):  # graph_reserve() bounds the query planner: never expected
+            if not fits(new):  # graph_reserve() bounds the query planner: never expected
                 raise RuntimeError("treeattn ServingCore: the query plan of a graph step does "
                                    "not fit the graph layout reserved for it")
+        g._set_launch_caps(*caps)
         # on CUDA the shared workspace runs it; on the CPU the graph plan is only the layout
         self.plan = g.update(new) if self.device.type == "cuda" else new
         return not fresh

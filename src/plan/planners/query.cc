@@ -77,9 +77,13 @@ LayoutReserve graph_reserve(const PlanOptions& opts, int64_t rows, int64_t pages
   LayoutReserve r;
   const int c = static_cast<int>(
       tile_class_for_rows(opts.num_qo_heads / opts.num_kv_heads));  // one query's packed rows
+  // a grouped item packs more than 16 rows (queries x group): none when all rows fit 16, none
+  // of kM128 when they fit 64
+  const int64_t packed = rows * (opts.num_qo_heads / opts.num_kv_heads);
   const int64_t grouped = kGraphWaves * ((opts.device.num_sms + kv_heads - 1) / kv_heads);
-  for (int k = 0; k < kNumTileClasses; ++k) r.class_items[k] = k == 0 ? 0 : grouped;
-  r.class_items[c] = std::max(r.class_items[c], items);
+  r.class_items[1] = packed > 16 ? grouped : 0;
+  r.class_items[2] = packed > 64 ? grouped : 0;
+  r.class_items[c] = std::max({r.class_items[c], items, rows * kGraphItemsPerQuery});
   const int64_t budget = std::max<int64_t>(items, rows * kGraphRowsPerQuery);
   r.rows = budget;
   r.slots = budget;
