@@ -109,7 +109,7 @@ def test_cli_accepts_the_backend(backend_cls, tmp_path):
 
     write_model_config(tmp_path)
     args = prepare_server_args(["--model-path", str(tmp_path), "--attention-backend",
-                                "treeattn", "--disable-decode-cuda-graph"])
+                                "treeattn"])
     assert args.attention_backend == "treeattn"
     args = prepare_server_args(["--model-path", str(tmp_path), "--decode-attention-backend",
                                 "treeattn", "--prefill-attention-backend", "flashinfer"])
@@ -520,7 +520,7 @@ def test_fp8_configuration_accepted(backend_cls, tmp_path, name):
     from sglang.srt.server_args import prepare_server_args
 
     args = prepare_server_args(["--model-path", str(tmp_path), "--attention-backend",
-                                "treeattn", "--disable-decode-cuda-graph", "--kv-cache-dtype",
+                                "treeattn", "--kv-cache-dtype",
                                 name])
     assert args.attention_backend == "treeattn" and args.kv_cache_dtype == name
 
