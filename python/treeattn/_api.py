@@ -169,13 +169,35 @@ class Plan(_ext.Plan):
 
         Afterwards every plan of the ``query`` planner (made with the same heads and `device`
         preset) over at most `rows` queries whose root paths hold at most `pages_per_row` pages
-        each fits this plan's layout, so update() always takes it; tree plans fit within a budget
+        each, every node starting on a page boundary (as the trees of block tables and
+        TreeSync's do), fits this plan's layout, so update() always takes it; tree plans fit within a budget
         of 8 rows and merge slots per query and two waves of grouped CTAs (fits() says). The
         workspace grows by about rows x pages_per_row x 8 bytes of metadata plus 8 x rows
         partial slots (num_qo_heads x head_dim floats each). TypeError / ValueError naming
         'rows' / 'pages_per_row' (ints >= 1) or 'device'; ValueError naming 'plan' once the
         workspace exists. Returns self."""
         self._reserve(rows, pages_per_row, device)
+        return self
+
+    def graph_caps(self, rows: int, pages_per_row: int,
+                   device: Union[str, DeviceInfo] = "h200") -> tuple:
+        """The launch grids reserve(rows, pages_per_row, device) keeps for a step of `rows` rows:
+        (items per tile class [M16, M64, M128], queries). Every ``query``-planner plan of such a
+        step is within them (see reserve()). Same errors as reserve()."""
+        items, queries = self._graph_caps(rows, pages_per_row, device)
+        return list(items), int(queries)
+
+    def set_launch_caps(self, class_items: Optional[Sequence[int]] = None,
+                        queries: Optional[int] = None) -> "Plan":
+        """Launch the next decodes of this plan with CTAs for at most class_items[c] items of tile
+        class c and merge CTAs for at most `queries` queries (e.g. graph_caps(n, ...) for a CUDA
+        graph of n rows, so it does not launch the whole workspace's grids); -1 keeps a class at
+        the layout's capacity; None (the default) resets every grid. A decode whose plan has more
+        items or queries than the caps raises ValueError naming 'args.launch_class_items' /
+        'args.launch_queries'; a captured graph keeps the grids of its capture, so keep every plan
+        you update() into it within them. Returns self."""
+        self._set_launch_caps(None if class_items is None else list(class_items),
+                              None if class_items is None else queries)
         return self
 
     def update(self, new: "Plan", stream: Any = None) -> "Plan":

@@ -430,6 +430,12 @@ TEST(GraphReserve, HoldsEveryQueryPlanWithinTheBound) {
   EXPECT_THROW(graph_reserve(o, 4, 0, 16), std::invalid_argument);
   EXPECT_THROW(graph_reserve(o, 4, 4, 0), std::invalid_argument);
   EXPECT_THROW(graph_reserve(o, 1 << 20, 1 << 20, 16), std::invalid_argument);
+  try {  // 2^29 rows x 8 plan rows each pass 2^31-1: named rows, not pages_per_row
+    graph_reserve(o, int64_t{1} << 29, 1, 16);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("rows", 0), 0u) << e.what();
+  }
 }
 
 TEST(CostModel, MonotoneAndSane) {

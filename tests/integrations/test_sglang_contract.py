@@ -384,7 +384,16 @@ class Scheduler:
             mode, rows = ForwardMode.DECODE, decoding
         new = self._allocate(rows)
         idx, prefix, lens = zip(*rows)
-        if mode == ForwardMode.DECODE:
+        pad = 0
+        if mode == ForwardMode.DECODE and len(rows) <= graph:
+            # a graph replay: padded to the captured size like SGLang's runner (the padded rows
+            # hold the fill value 1 and a stale request index, their KV goes to slot 0)
+            size = next(b for b in (1, 2, 4, 8, 16, 32, 64) if b >= len(rows))
+            pad = size - len(rows)
+            stale = [int(self.rng.integers(0, self.rtp.req_to_token.shape[0])) for _ in range(pad)]
+            fb = decode_batch(list(idx) + stale, list(lens) + [1] * pad, list(new) + [0] * pad)
+            fb.num_padding = pad
+        elif mode == ForwardMode.DECODE:
             fb = decode_batch(idx, lens, new)
         else:
             fb = extend_batch(mode, idx, prefix, lens, new)
@@ -392,17 +401,19 @@ class Scheduler:
         if mode == ForwardMode.DECODE and len(rows) <= graph:
             backend.init_forward_metadata_out_graph(fb, in_capture=self.stats["graph"] == 0)
             self.stats["graph"] += 1
+            self.stats["padded"] += pad > 0
         else:
             backend.init_forward_metadata(fb)
         T = len(new)
         for layer in lays:
-            q = torch.from_numpy(self.rng.uniform(-1, 1, (T, H * D))).half()
-            k = torch.from_numpy(self.rng.uniform(-1, 1, (T, HK, D))).half()
-            v = torch.from_numpy(self.rng.uniform(-1, 1, (T, HK, D))).half()
+            q = torch.from_numpy(self.rng.uniform(-1, 1, (T + pad, H * D))).half()
+            k = torch.from_numpy(self.rng.uniform(-1, 1, (T + pad, HK, D))).half()
+            v = torch.from_numpy(self.rng.uniform(-1, 1, (T + pad, HK, D))).half()
             out = backend.forward(q, k, v, layer, fb)
+            assert out.shape[0] == T + pad
             ref = reference(self.pool, layer.layer_id, self.rtp.req_to_token, idx, prefix, lens,
-                            q, scale_of(layer, "k"), scale_of(layer, "v"))
-            np.testing.assert_allclose(out.float().numpy(), ref, atol=4e-3)
+                            q[:T], scale_of(layer, "k"), scale_of(layer, "v"))
+            np.testing.assert_allclose(out[:T].float().numpy(), ref, atol=4e-3)
         for i, p, n in rows:
             if i not in self.running and len(self.cached) < 3 and n >= 2 * P:
                 c = self.slots(i, n // P * P)  # its prompt enters the prefix cache
@@ -466,7 +477,8 @@ def test_forward_matches_reference(backend_cls, kv, page_size):
 def test_decode_graph_steps_match_reference(backend_cls, page_size):
     """Decode CUDA graphs: init_cuda_graph_state gives the cores the graph bound (max_bs rows of
     req_to_token's width in pages); decode batches prepared through init_forward_metadata_out_graph
-    (capture, then every replay) run on the core's one graph plan and match the reference (on
+    (capture, then every replay, padded to the captured size with stale request indices in the
+    padded rows) run on the core's one graph plan and match the reference (on
     the CPU the graph plan is the layout the steps are checked against; the GPU side of the core
     is tests/python/test_serving_gpu.py)."""
     runner = make_runner(page_size)
@@ -477,7 +489,7 @@ def test_decode_graph_steps_match_reference(backend_cls, page_size):
     lays = layers()
     for _ in range(50):
         sched.step(backend, lays, graph=16)
-    assert sched.stats["graph"] >= 15, sched.stats
+    assert sched.stats["graph"] >= 15 and sched.stats["padded"] >= 5, sched.stats
     core = backend.cores[(H, HK, D)]
     assert core.graph_bound == (16, -(-width // page_size))
     assert core.graph_plan is not None and core.plans.get("graph") is None

@@ -417,5 +417,13 @@ def test_graph_bound_shares_one_plan_and_falls_back_to_the_query_plan(monkeypatc
     for bad, name in (((0, 3), "graph_rows"), ((4, 0), "graph_pages"), ((4.0, 3), "graph_rows")):
         with pytest.raises((TypeError, ValueError), match=name):
             ServingCore(H, Hk, D, P, graph_rows=bad[0], graph_pages=bad[1])
+    small = treeattn.plan(PrefixTree.from_levels("N=1 C=4"), 4, 2, 64)
     with pytest.raises(ValueError, match="rows"):
-        treeattn.plan(PrefixTree.from_levels("N=1 C=4"), 4, 2, 64).reserve(0, 3)
+        small.reserve(0, 3)
+    items, queries = small.graph_caps(4, 3, "h100")  # 4 rows x 2 packed: no grouped items
+    assert queries == 4 and items[0] >= 8 and items[1:] == [0, 0], items
+    with pytest.raises(ValueError, match="class_items"):
+        small.set_launch_caps([1, 2], 3)
+    with pytest.raises((TypeError, ValueError), match="queries"):
+        small.set_launch_caps([1, 0, 0], "x")
+    assert small.set_launch_caps() is small  # reset

@@ -163,7 +163,7 @@ def test_token_tables_page_size_one_and_paged(page_size, layout, graph):
 
 
 def test_launch_caps_run_the_plan_or_refuse_it():
-    """Plan._set_launch_caps (the grids of a graph step): caps at the plan's own counts give the
+    """Plan.set_launch_caps (the grids of a graph step): caps at the plan's own counts give the
     bits of the uncapped launch; a cap below the plan's items or queries is refused naming it."""
     tree = treeattn.PrefixTree.from_levels("N=1,4 C=64,8 page=16")
     plan = treeattn.plan(tree, 8, 2, 128, headroom=3.0)
@@ -173,12 +173,12 @@ def test_launch_caps_run_the_plan_or_refuse_it():
     v = torch.rand_like(k) - 0.5
     q = torch.rand(4, 8, 128, device="cuda", generator=gen, dtype=torch.float16) - 0.5
     ref = treeattn.decode(q, k, v, plan)
-    plan._set_launch_caps(plan.class_items, plan.num_queries)
+    plan.set_launch_caps(plan.class_items, plan.num_queries)
     assert torch.equal(treeattn.decode(q, k, v, plan), ref)
     for items, queries, name in (([0, 0, 0], 4, "launch_class_items"),
                                  (plan.class_items, 3, "launch_queries")):
-        plan._set_launch_caps(items, queries)
+        plan.set_launch_caps(items, queries)
         with pytest.raises(ValueError, match=name):
             treeattn.decode(q, k, v, plan)
-    plan._set_launch_caps(None, None)
+    plan.set_launch_caps(None, None)
     assert torch.equal(treeattn.decode(q, k, v, plan), ref)

@@ -116,11 +116,12 @@ class ServingCore:
 
     def set_graph_bound(self, rows: int, pages: int) -> None:
         """Sets the graph bound: graph steps have at most `rows` rows of at most `pages` pages
-        each (ints >= 1). Only before the first graph step (ValueError naming 'graph_rows'
-        after it, unless the bound is the same)."""
+        each (ints >= 1). Only before the first graph step (after it, ValueError naming
+        'graph_rows' or 'graph_pages', whichever changed; the same bound is accepted)."""
         bound = (check_int("graph_rows", rows, 1), check_int("graph_pages", pages, 1))
         if self.graph_plan is not None and bound != self._graph_bound:
-            raise ValueError(f"graph_rows: the graph plan was laid out for {self._graph_bound} "
+            name = "graph_rows" if bound[0] != self._graph_bound[0] else "graph_pages"
+            raise ValueError(f"{name}: the graph plan was laid out for {self._graph_bound} "
                              f"(rows, pages) at the first graph step; got {bound}")
         self._graph_bound = bound
 
@@ -207,7 +208,7 @@ class ServingCore:
         n = int(s._lens.shape[0])
         caps = self._caps.get(n)
         if caps is None:
-            caps = self._caps[n] = g._graph_caps(n, pages, self.preset)
+            caps = self._caps[n] = g.graph_caps(n, pages, self.preset)
 
         def fits(p: Plan) -> bool:
             return (g.fits(p) and p.num_queries <= caps[1] and
@@ -219,7 +220,7 @@ class ServingCore:
             if not fits(new):  # graph_reserve() bounds the query planner: never expected
                 raise RuntimeError("treeattn ServingCore: the query plan of a graph step does "
                                    "not fit the graph layout reserved for it")
-        g._set_launch_caps(*caps)
+        g.set_launch_caps(*caps)
         # on CUDA the shared workspace runs it; on the CPU the graph plan is only the layout
         self.plan = g.update(new) if self.device.type == "cuda" else new
         return not fresh

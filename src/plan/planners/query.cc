@@ -56,8 +56,12 @@ LayoutReserve graph_reserve(const PlanOptions& opts, int64_t rows, int64_t pages
   TA_CHECK_ARG(pages_per_row >= 1, "pages_per_row", "must be >= 1, got ", pages_per_row);
   TA_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got ", page_size);
   constexpr int64_t kCap = 2147483647;
-  TA_CHECK_ARG(rows <= kCap && pages_per_row <= kCap / rows, "pages_per_row", rows, " rows x ",
-               pages_per_row, " pages exceed 2^31-1 page entries");
+  // every capacity below stays <= 2^31-1 (int32 device indices): rows x 8 rows and slots, and
+  // rows x pages_per_row page entries
+  TA_CHECK_ARG(rows <= kCap / kGraphRowsPerQuery, "rows", rows, " rows need ", kGraphRowsPerQuery,
+               " plan rows each, above 2^31-1 in all");
+  TA_CHECK_ARG(pages_per_row <= kCap / rows, "pages_per_row", rows, " rows x ", pages_per_row,
+               " pages exceed 2^31-1 page entries");
   const int64_t kv_heads = opts.num_kv_heads;
   const int64_t target =
       planners::kTargetWaves * static_cast<int64_t>(opts.device.num_sms) * opts.device.ctas_per_sm;

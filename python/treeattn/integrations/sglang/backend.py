@@ -216,8 +216,16 @@ class TreeAttnBackend(AttentionBackend):
         """Host copy of the batch's page table and lengths; prepares the cores made so far (key:
         GRAPH_KEY for a graph step's capture or replay, None for an eager step)."""
         lens = fb.seq_lens_cpu if fb.seq_lens_cpu is not None else fb.seq_lens.cpu()
-        self._tables = page_table(self.req_to_token_pool.req_to_token, fb.req_pool_indices,
-                                  lens, self.page_size)
+        # a graph replay's padded rows (the last num_padding) become padding rows (length 0):
+        # their req_pool_indices may name any request
+        pad = int(getattr(fb, "num_padding", 0) or 0)
+        n = int(lens.shape[0]) - pad
+        bt, lens = page_table(self.req_to_token_pool.req_to_token, fb.req_pool_indices[:n],
+                              lens[:n], self.page_size)
+        if pad:
+            bt = np.concatenate([bt, np.zeros((pad, bt.shape[1]), bt.dtype)])
+            lens = np.concatenate([lens, np.zeros(pad, lens.dtype)])
+        self._tables = (bt, lens)
         self._key = key
         self._step += 1
         for shape, core in self.cores.items():

@@ -235,11 +235,19 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
             num_pages=int(num_pages), device=device, planner=cfg["planner"],
             preset=cfg["preset"] or preset_for(device),
             kv_dtype=_plan_kv_dtype(kv_cache_spec, vllm_config), headroom=cfg["headroom"])
+        # the graph bound: the largest batch vLLM captures a full graph for (none captured: no
+        # bound), of at most max_model_len tokens; every decode batch within it runs on the
+        # core's graph plan, which a captured graph keeps for good
         comp = getattr(vllm_config, "compilation_config", None)
-        rows = getattr(comp, "max_cudagraph_capture_size", None) or 0
-        max_len = getattr(model, "max_model_len", None) or 0
-        if rows > 0 and max_len > 0:
-            self.core.set_graph_bound(int(rows), -(-int(max_len) // self.page_size))
+        sizes = getattr(comp, "cudagraph_capture_sizes", None) or [0]
+        rows = int(getattr(comp, "max_cudagraph_capture_size", None) or max(sizes))
+        if rows > 0:
+            max_len = getattr(model, "max_model_len", None)
+            if not max_len:
+                raise NotImplementedError(
+                    f"treeattn vLLM backend: CUDA graphs of up to {rows} requests need "
+                    "model_config.max_model_len to bound their block tables")
+            self.core.set_graph_bound(rows, -(-int(max_len) // self.page_size))
         self._fa_builder = None
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
