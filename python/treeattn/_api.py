@@ -172,8 +172,8 @@ class Plan(_ext.Plan):
         each, every node starting on a page boundary (as the trees of block tables and
         TreeSync's do), fits this plan's layout, so update() always takes it; tree plans fit within a budget
         of 8 rows and merge slots per query and two waves of grouped CTAs (fits() says). The
-        workspace grows by about rows x pages_per_row x 8 bytes of metadata plus 8 x rows
-        partial slots (num_qo_heads x head_dim floats each). TypeError / ValueError naming
+        workspace grows by about rows x pages_per_row x 20 bytes of metadata (a range and a page
+        id per page entry) plus 8 x rows partial slots (num_qo_heads x head_dim floats each). TypeError / ValueError naming
         'rows' / 'pages_per_row' (ints >= 1) or 'device'; ValueError naming 'plan' once the
         workspace exists. Returns self."""
         self._reserve(rows, pages_per_row, device)
