@@ -195,7 +195,9 @@ class Plan(_ext.Plan):
         the layout's capacity; None (the default) resets every grid. A decode whose plan has more
         items or queries than the caps raises ValueError naming 'args.launch_class_items' /
         'args.launch_queries'; a captured graph keeps the grids of its capture, so keep every plan
-        you update() into it within them. Returns self."""
+        you update() into it within them. The caps are state of this Plan object, read by every
+        later decode of it from any thread: set them where that plan's decodes are issued.
+        Returns self."""
         self._set_launch_caps(None if class_items is None else list(class_items),
                               None if class_items is None else queries)
         return self

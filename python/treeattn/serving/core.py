@@ -66,6 +66,10 @@ class ServingCore:
     then takes the k_scale / v_scale of the layer). pad_page: page read by padding rows
     (length 0). graph_rows / graph_pages: the graph bound (module docstring; 0: none): the most
     rows of a graph step and the most pages of one of its rows.
+
+    Thread safety: not thread-safe. A core is one engine's per-step state (its tree, its plans,
+    the graph plan's launch grids): call prepare() and decode() from one thread at a time, as an
+    engine's step loop does; use one core per model and attention shape.
     """
 
     def __init__(self, num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int, *,

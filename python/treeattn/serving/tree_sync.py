@@ -75,7 +75,8 @@ class TreeSync:
     page_size: tokens per page. num_pages: page ids lie in [0, num_pages) (0: unknown, any id up
     to 2^31-2). pad_page: page read by padding rows (length 0). verify: after every update,
     compare the tree with the block tables (tests; costs a tree walk). ``counts`` tells how
-    many steps took each path ('rebuild', 'incremental', 'unchanged').
+    many steps took each path ('rebuild', 'incremental', 'unchanged'). Thread safety: not
+    thread-safe (it updates its tree in place): one thread at a time.
     """
 
     def __init__(self, page_size: int, num_pages: int = 0, *, pad_page: int = 0,
