@@ -23,6 +23,17 @@ if not (torch.cuda.is_available() and treeattn.built_with_cuda):
     pytest.skip("needs a CUDA device and a CUDA build of treeattn", allow_module_level=True)
 
 
+def capture(core, q, k, v, out):
+    """A CUDA graph of core.decode(q, k, v, out=out), after one eager run (the warm-up, and the
+    first use of the step's workspace, outside the capture)."""
+    core.decode(q, k, v, out=out)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        core.decode(q, k, v, out=out)
+    return g
+
+
 @pytest.mark.parametrize("layout", ["nhd", "hnd"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_graph_replay_across_changing_trees(layout, dtype):
@@ -46,11 +57,7 @@ def test_graph_replay_across_changing_trees(layout, dtype):
         fresh = not core.prepare(bt, lens, key=rows)
         q.copy_(torch.rand(rows, H, D, device="cuda", generator=gen, dtype=dtype) - 0.5)
         if graph is None or fresh:
-            core.decode(q, k, v, out=out)  # warm-up / first use of the key's workspace
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                core.decode(q, k, v, out=out)
+            graph = capture(core, q, k, v, out)
         graph.replay()
         replays += 1
         torch.cuda.synchronize()
@@ -88,12 +95,7 @@ def test_graph_bound_one_capture_per_size_replays_every_later_step(planner):
             q = torch.empty(size, H, D, device="cuda", dtype=dtype)
             out = torch.empty_like(q)
             q.copy_(torch.rand(size, H, D, device="cuda", generator=gen, dtype=dtype) - 0.5)
-            core.decode(q, k, v, out=out)  # warm-up outside the capture
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                core.decode(q, k, v, out=out)
-            graphs[size] = (g, q, out)
+            graphs[size] = (capture(core, q, k, v, out), q, out)
         g, q, out = graphs[size]
         q.copy_(torch.rand(size, H, D, device="cuda", generator=gen, dtype=dtype) - 0.5)
         out.fill_(float("nan"))
@@ -145,12 +147,7 @@ def test_token_tables_page_size_one_and_paged(page_size, layout, graph):
         else:
             fresh = not core.prepare(bt, lens, key=rows)
             if rows not in graphs or fresh:
-                core.decode(q, k, v, out=out)  # first use of the key's workspace
-                torch.cuda.synchronize()
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    core.decode(q, k, v, out=out)
-                graphs[rows] = (g, q, out)
+                graphs[rows] = (capture(core, q, k, v, out), q, out)
             g, gq, gout = graphs[rows]
             gq.copy_(q)
             g.replay()

@@ -61,9 +61,9 @@ struct LayoutReserve {
 PlanLayout plan_layout(const Plan& plan, double headroom = 1.0,
                        const LayoutReserve* reserve = nullptr);
 /// Sets the layout's counts of the plan it runs (m16_items_planned, class_items_planned,
-/// class_kv_tokens_planned, merge_queries_planned, merge_slots_planned, queries_planned) from `plan`: plan_layout
-/// sets them for its own plan, DevicePlan::upload for every plan it uploads into an existing
-/// layout.
+/// class_kv_tokens_planned, merge_queries_planned, merge_slots_planned, queries_planned) from
+/// `plan`: plan_layout sets them for its own plan, DevicePlan::upload for every plan it uploads
+/// into an existing layout.
 void set_planned_counts(const Plan& plan, PlanLayout* layout);
 /// True when `plan` can be packed into `layout` (a workspace laid out for an earlier plan): same
 /// heads, head_dim and page size, and every count within the layout's capacities.

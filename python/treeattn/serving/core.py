@@ -35,7 +35,7 @@ import numpy as np
 import treeattn
 from treeattn import Plan, PrefixTree, check_int
 
-from .tree_sync import TreeSync
+from .tree_sync import TreeSync, host_int_array
 
 __all__ = ["ServingCore", "split_packed_kv"]
 
@@ -143,8 +143,7 @@ class ServingCore:
         an eager step. Returns False when the key's device plan had to be (re)allocated (a graph
         captured for that key must be captured again), True otherwise."""
         if key is not None and self._graph_bound[0]:  # before the tree changes
-            lens = np.asarray(seq_lens.numpy() if hasattr(seq_lens, "numpy") else seq_lens)
-            self._check_graph_bound(lens.reshape(-1))
+            self._check_graph_bound(host_int_array("seq_lens", seq_lens, 1))
         new = self._take_ahead(block_tables, seq_lens)
         if new is None:
             new = self._plan(self.sync.update(block_tables, seq_lens))
@@ -161,6 +160,8 @@ class ServingCore:
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return None
+        if key is not None and self._graph_bound[0]:  # before the tree changes
+            self._check_graph_bound(np.where(ahead[2][3], 0, ahead[1]))
         return self._install(self._adopt(ahead, ahead[0], ahead[1]), key)
 
     @property
@@ -197,10 +198,10 @@ class ServingCore:
 
     def _install_graph(self, new: Plan) -> bool:
         """_install() for a graph step: into the shared graph plan (made with the bound at the
-        first graph step: then False), or the query planner's plan when `new` does not fit."""
+        first graph step: then False), or the query planner's plan when `new` does not fit. The
+        callers checked the step against the bound (_check_graph_bound)."""
         rows, pages = self._graph_bound
         s = self.sync
-        self._check_graph_bound(np.where(s._pad, 0, s._lens))
         g, fresh = self.graph_plan, self.graph_plan is None
         if fresh:
             g = self._plan(s.tree, self.headroom).reserve(rows, pages, self.preset)
