@@ -12,7 +12,8 @@
 # Carry: peers (a copy of ../shared/peers) and build-devdeps. At most 8 files come back: the logs
 # are concatenated into logs.txt, the bench JSON into bench.json, and summary.txt prints last.
 # Env knobs [defaults]: STAGES [build tests sanitize bench peers], PEERS [ft fi], DEADLINE [540],
-# JOBS [16],
+# JOBS [16], BENCH_ARGS [--planner auto] (e.g. add --grouped-kernel legacy,ws64,ws128 for an A/B in
+# one process), BENCH_TIMEOUT [150] (per set),
 # FI_BUDGET [150] (FlashInfer's own time budget, s).
 set -uo pipefail
 OUT=${OUT:-/tmp/final_out}
@@ -96,14 +97,14 @@ fi
 if has bench; then
   t0=$(date +%s)
   for s in fasttree pat irregular; do
-    timeout 150 ./$BUILD/treeattn bench --workloads $s --planner auto --json /tmp/bench_$s.json \
+    timeout ${BENCH_TIMEOUT:-150} ./$BUILD/treeattn bench --workloads $s ${BENCH_ARGS:---planner auto} --json /tmp/bench_$s.json \
       >>"$LOGS/bench.log" 2>&1
     note "bench $s: rc=$? at $(($(date +%s) - t0)) s"
   done
   i=0
   for lv in "N=1,1024 C=32768,16 heads=32/8" "N=1,1024 C=2048,32 heads=32/8 page=32" \
             "N=1,64 C=4096,64 heads=32/8" "N=256 C=4096 heads=32/8" "N=512 C=1024 heads=32/8"; do
-    timeout 60 ./$BUILD/treeattn bench --levels "$lv" --planner auto --json /tmp/bench_named$i.json \
+    timeout 60 ./$BUILD/treeattn bench --levels "$lv" ${BENCH_ARGS:---planner auto} --json /tmp/bench_named$i.json \
       >>"$LOGS/bench.log" 2>&1
     i=$((i + 1))
   done

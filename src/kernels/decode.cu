@@ -172,6 +172,20 @@ void set_kv_heads_per_cta(int n) { g_kv_heads_per_cta.store(n > 0 ? n : 0); }
 int kv_heads_per_cta_override() { return g_kv_heads_per_cta.load(); }
 
 namespace {
+/// A process-wide setting: its value, or (while it is -1, never set) the environment's default,
+/// stored once by the first reader (from_env may throw; the setting then stays unread).
+int setting_or_env(std::atomic<int>& setting, int (*from_env)()) {
+  int v = setting.load();
+  if (v < 0) {
+    int unset = -1;
+    setting.compare_exchange_strong(unset, from_env());
+    v = setting.load();
+  }
+  return v;
+}
+}  // namespace
+
+namespace {
 /// The process default: TREEATTN_GROUPED_KERNEL=legacy|ws|auto in the environment (for engines
 /// that load treeattn without calling set_grouped_kernel), else kAuto; any other value is
 /// refused with an error naming the variable at the first launch that reads it.
@@ -196,18 +210,37 @@ void set_grouped_kernel(GroupedKernel k) {
   g_grouped_kernel.store(static_cast<int>(k));
 }
 GroupedKernel grouped_kernel() {
-  int k = g_grouped_kernel.load();
-  if (k < 0) {
-    int unset = -1;
-    g_grouped_kernel.compare_exchange_strong(unset, grouped_kernel_from_env());
-    k = g_grouped_kernel.load();
-  }
-  return static_cast<GroupedKernel>(k);
+  return static_cast<GroupedKernel>(setting_or_env(g_grouped_kernel, grouped_kernel_from_env));
 }
 bool grouped_kernel_supported(GroupedKernel k) {
   return k == GroupedKernel::kLegacy || k == GroupedKernel::kAuto ||
          (k == GroupedKernel::kWarpSpecialized && cuda_detail::ws_kernels_available());
 }
+namespace {
+/// TREEATTN_PARTIALS=fp32|half, else kHalf; any other value is refused naming the variable.
+int partial_precision_from_env() {
+  const char* e = std::getenv("TREEATTN_PARTIALS");
+  if (e == nullptr || *e == '\0' || std::strcmp(e, "half") == 0)
+    return static_cast<int>(PartialPrecision::kHalf);
+  if (std::strcmp(e, "fp32") == 0) return static_cast<int>(PartialPrecision::kFloat32);
+  throw std::invalid_argument(std::string("TREEATTN_PARTIALS: must be fp32 or half, got '") + e +
+                              "'");
+}
+std::atomic<int> g_partial_precision{-1};  // -1: not read from the environment yet
+}  // namespace
+
+void set_partial_precision(PartialPrecision p) {
+  if (p != PartialPrecision::kFloat32 && p != PartialPrecision::kHalf)
+    throw std::invalid_argument(
+        "set_partial_precision: p must be PartialPrecision::kFloat32 or kHalf, got " +
+        std::to_string(static_cast<int>(p)));
+  g_partial_precision.store(static_cast<int>(p));
+}
+PartialPrecision partial_precision() {
+  return static_cast<PartialPrecision>(
+      setting_or_env(g_partial_precision, partial_precision_from_env));
+}
+
 GroupedKernel grouped_kernel_for(const PlanLayout& layout, TileClass cls) {
   const int c = static_cast<int>(cls);
   if (c < 0 || c >= kNumTileClasses)
@@ -376,6 +409,7 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
     p.class_item_off[c] = static_cast<int32_t>(layout.class_item_off[c]);  // < 2^31 (plan_layout)
   p.timeline = args.timeline;
   p.timeline_merge_base = layout.items * shape.num_kv_heads;
+  p.half_partials = partial_precision() == PartialPrecision::kHalf ? 1 : 0;
 
   const Status st = dispatch_dtype(args.dtype, [&](auto dt) {
     return dispatch_head_dim(shape.head_dim, [&](auto hd) {

@@ -22,8 +22,8 @@
 // of 64 rows on wgmma (sm_90a, kM64/kM128 up to HD 128, sm90/wgmma.cuh), online softmax in the exp2
 // domain; in a masked item a warp (warpgroup) skips the tiles none of its rows sees. The
 // epilogue stages every warp's (O, m, l) in shared memory (aliasing the stages), merges the WN
-// column warps, and writes the final output (dtype, + natural-log LSE) or the fp32 partial slot
-// of each row.
+// column warps, and writes the final output (dtype, + natural-log LSE) or the partial slot (fp32
+// or the dtype) of each row.
 #pragma once
 
 #include <cstdint>

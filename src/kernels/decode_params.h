@@ -31,8 +31,9 @@ struct KernelParams {
   const uint64_t* masks;
   const int32_t* merge_indptr;
   const int32_t* merge_slots;
-  float* partial_o;    ///< [slots, num_qo_heads, head_dim]
-  float* partial_lse;  ///< [slots, num_qo_heads], natural log
+  float* partial_o;       ///< [slots, num_qo_heads, head_dim], fp32 or (half_partials) dtype
+  float* partial_lse;     ///< [slots, num_qo_heads], natural log
+  int32_t half_partials;  ///< partial_o holds dtype elements (PartialPrecision::kHalf)
   int32_t num_qo_heads, group, page_size;
   int32_t page_shift;  ///< log2(page_size) when it is a power of two, else -1
   float scale_log2;    ///< sm_scale * log2(e): logits are kept in the exp2 domain

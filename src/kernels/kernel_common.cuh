@@ -3,7 +3,8 @@
 // conversion of an fp8 KV cache's elements, the column-block tile
 // layout that wgmma's 128-byte swizzle reads, the cursor over an item's KV ranges, and the
 // epilogue that stages each row's online-softmax state (O, m, l) in shared memory, merges the
-// states of a row and writes the final output (dtype + natural-log LSE) or an fp32 partial slot.
+// states of a row and writes the final output (dtype + natural-log LSE) or a partial slot (fp32,
+// or the dtype under PartialPrecision::kHalf).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -138,6 +139,13 @@ __device__ __forceinline__ void copy_q_rows(const KernelParams& p, const DeviceI
   }
 }
 
+/// Eight floats rounded to the dtype, packed in 16 bytes.
+template <class Traits>
+__device__ __forceinline__ uint4 pack8(const float (&o)[8]) {
+  return make_uint4(Traits::pack(o[0], o[1]), Traits::pack(o[2], o[3]), Traits::pack(o[4], o[5]),
+                    Traits::pack(o[6], o[7]));
+}
+
 /// Writes one 16-byte chunk (elements 8c .. 8c+7) of the final output of (query, qo head) in the
 /// dtype, and its natural-log LSE from chunk 0 when the caller asked for LSEs.
 template <class Traits>
@@ -145,13 +153,47 @@ __device__ __forceinline__ void store_output_chunk(const KernelParams& p, int qu
                                                    int c, const float (&o)[8], float lse) {
   using T = typename Traits::T;
   T* dst = static_cast<T*>(p.out) + query * p.o_stride_query + head * p.o_stride_head + 8 * c;
-  uint4 packed;
-  packed.x = Traits::pack(o[0], o[1]);
-  packed.y = Traits::pack(o[2], o[3]);
-  packed.z = Traits::pack(o[4], o[5]);
-  packed.w = Traits::pack(o[6], o[7]);
-  *reinterpret_cast<uint4*>(dst) = packed;
+  *reinterpret_cast<uint4*>(dst) = pack8<Traits>(o);
   if (p.lse != nullptr && c == 0) p.lse[query * p.num_qo_heads + head] = lse;
+}
+
+/// Element offset of the 8-element chunk c of (slot, head) in the partial outputs (in floats, or
+/// in dtype elements under half_partials).
+template <int HD>
+__device__ __forceinline__ int64_t partial_offset(const KernelParams& p, int slot, int head,
+                                                  int c) {
+  return (static_cast<int64_t>(slot) * p.num_qo_heads + head) * HD + 8 * c;
+}
+/// Stores chunk c of (slot, head)'s partial output: 8 floats, or 8 dtype elements.
+template <class Traits, int HD>
+__device__ __forceinline__ void store_partial_chunk(const KernelParams& p, int slot, int head,
+                                                    int c, const float (&o)[8]) {
+  const int64_t off = partial_offset<HD>(p, slot, head, c);
+  if (p.half_partials) {
+    *reinterpret_cast<uint4*>(reinterpret_cast<typename Traits::T*>(p.partial_o) + off) =
+        pack8<Traits>(o);
+  } else {
+    *reinterpret_cast<float4*>(p.partial_o + off) = make_float4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<float4*>(p.partial_o + off + 4) = make_float4(o[4], o[5], o[6], o[7]);
+  }
+}
+/// Loads chunk c of (slot, head)'s partial output as floats.
+template <class Traits, int HD>
+__device__ __forceinline__ void load_partial_chunk(const KernelParams& p, int slot, int head, int c,
+                                                   float (&x)[8]) {
+  const int64_t off = partial_offset<HD>(p, slot, head, c);
+  if (p.half_partials) {
+    const uint4 u = *reinterpret_cast<const uint4*>(
+        reinterpret_cast<const typename Traits::T*>(p.partial_o) + off);
+    const float2 a = Traits::unpack(u.x), b = Traits::unpack(u.y), d = Traits::unpack(u.z),
+                 e = Traits::unpack(u.w);
+    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y, x[4] = d.x, x[5] = d.y, x[6] = e.x, x[7] = e.y;
+  } else {
+    const float4 x0 = *reinterpret_cast<const float4*>(p.partial_o + off);
+    const float4 x1 = *reinterpret_cast<const float4*>(p.partial_o + off + 4);
+    x[0] = x0.x, x[1] = x0.y, x[2] = x0.z, x[3] = x0.w, x[4] = x1.x, x[5] = x1.y, x[6] = x1.z,
+    x[7] = x1.w;
+  }
 }
 
 /// Stages one warp's online-softmax state of its 16 rows in shared memory: the unnormalized O
@@ -235,9 +277,7 @@ __device__ __forceinline__ void write_staged_rows(const KernelParams& p, const D
     if (slot == kFinalOutput) {
       store_output_chunk<Traits>(p, query, head, c, o, lse_nat);
     } else {
-      float* dst = p.partial_o + (static_cast<int64_t>(slot) * p.num_qo_heads + head) * HD + 8 * c;
-      *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
-      *reinterpret_cast<float4*>(dst + 4) = make_float4(o[4], o[5], o[6], o[7]);
+      store_partial_chunk<Traits, HD>(p, slot, head, c, o);
       if (c == 0) p.partial_lse[static_cast<int64_t>(slot) * p.num_qo_heads + head] = lse_nat;
     }
   }

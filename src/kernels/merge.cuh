@@ -1,6 +1,6 @@
-// The merge kernel: combines each query's partial outputs (fp32 O and natural-log LSE per slot
-// and qo head, written by the attention kernels) into its final output row, in the order of its
-// merge list (deterministic, no atomics).
+// The merge kernel: combines each query's partial outputs (O in fp32 or the dtype, see
+// PartialPrecision, and the natural-log LSE per slot and qo head, written by the attention
+// kernels) into its final output row, in the order of its merge list (deterministic, no atomics).
 //
 // Grid (query capacity, ceil(num_qo_heads / heads per CTA)); past the plan's queries the merge
 // list is empty and the CTA exits. A CTA takes its query's slots in chunks of kMergeChunk: the
@@ -91,19 +91,11 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Kerne
       for (int i = part; i < n; i += SPLIT) {
         const float w = expf(s_lse[hl][i] - m);  // 0 for empty partials: never read
         if (w != 0.f) {
-          const float* src =
-              p.partial_o + (static_cast<int64_t>(s_slot[i]) * H + head) * kHeadDim + 8 * c;
-          const float4 x0 = *reinterpret_cast<const float4*>(src);
-          const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+          float x[8];
+          load_partial_chunk<Traits, kHeadDim>(p, s_slot[i], head, c, x);
           sum += w;
-          o[0] += w * x0.x;
-          o[1] += w * x0.y;
-          o[2] += w * x0.z;
-          o[3] += w * x0.w;
-          o[4] += w * x1.x;
-          o[5] += w * x1.y;
-          o[6] += w * x1.z;
-          o[7] += w * x1.w;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) o[e] += w * x[e];
         }
       }
     }

@@ -12,7 +12,8 @@
 //   int32        [queries + 1] merge_indptr
 //   int32        [slots]       merge_slots (each slot is merged exactly once)
 //   --- metadata_bytes ---
-//   fp32         [slots, num_qo_heads, head_dim]  partial_o
+//   fp32         [slots, num_qo_heads, head_dim]  partial_o (the dtype in its first half under
+//                                                  PartialPrecision::kHalf)
 //   fp32         [slots, num_qo_heads]            partial_lse
 #include "treeattn/plan/layout.h"
 

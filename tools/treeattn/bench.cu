@@ -18,6 +18,8 @@
 // (set_grouped_kernel: legacy, ws, auto, or a comma list of them; both = legacy,ws); with several,
 // every plan is checked and timed on each, back to back, and the JSON results carry
 // "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128 ran on).
+// `--partials fp32,half` does the same for the partial outputs' precision (set_partial_precision;
+// with both lists, every pair), and each result carries "partials".
 // --kv-dtype fp8_e4m3|fp8_e5m2 (with --k-scale/--v-scale) runs an fp8 KV cache: the inputs are
 // filled as fp8(value / scale) with the scales in device memory (DeviceInputs sets DecodeArgs'
 // kv_dtype, k_scale and v_scale), the oracle sees the dequantized values, the plan and the floor
@@ -168,6 +170,15 @@ struct Result {
   bool check_ok = true;
   std::string grouped_kernel = "legacy";  ///< setting of the kM64/kM128 kernel (--grouped-kernel)
   std::string grouped_run = "-,-";  ///< kernel kM64 and kM128 ran on ("-": no items of the class)
+  std::string partials = "half";    ///< partial output precision (--partials)
+};
+
+/// One setting to time each plan on: set_grouped_kernel and set_partial_precision, named as in
+/// the results.
+struct KernelSetting {
+  GroupedKernel kernel;
+  PartialPrecision partials;
+  std::string name;
 };
 
 const char* grouped_kernel_name(GroupedKernel k) {
@@ -202,7 +213,7 @@ std::string line_name(const Problem& pb) {
 
 bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& in,
              const OracleSample& ref, int runs, Timer& tm,
-             const std::vector<GroupedKernel>& kernels, std::vector<Result>* results) {
+             const std::vector<KernelSetting>& kernels, std::vector<Result>* results) {
   Plan plan;
   try {
     plan = make_plan(pb.tree, make_plan_options(planner, pb.num_qo_heads, pb.num_kv_heads,
@@ -218,11 +229,13 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   DecodeArgs a = in.args;  // with the fill's KV type and device scales
   const PlanStats stats = plan_stats(pb.tree, plan, g_device);
   results->clear();
-  for (const GroupedKernel kernel : kernels) {
-    set_grouped_kernel(kernel);
+  for (const KernelSetting& ks : kernels) {
+    set_grouped_kernel(ks.kernel);
+    set_partial_precision(ks.partials);
     Result one;
     Result* res = &one;
-    res->grouped_kernel = grouped_kernel_name(kernel);
+    res->grouped_kernel = ks.name;
+    res->partials = ks.partials == PartialPrecision::kHalf ? "half" : "fp32";
     res->grouped_run.clear();
     for (TileClass cls : {TileClass::kM64, TileClass::kM128}) {
       const bool any = dp.layout().class_items_planned[static_cast<int>(cls)] > 0;
@@ -253,7 +266,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
     }
     BENCH_CUDA(cudaGetLastError());
     res->median_ms = median(ms);
-    if (g_timeline.json != nullptr && kernel == kernels.front()) {
+    if (g_timeline.json != nullptr && &ks == &kernels.front()) {
       g_timeline.stream = tm.stream;
       g_timeline.flush = tm.flush;
       g_timeline.flush_bytes = tm.flush_bytes;
@@ -277,6 +290,17 @@ std::string today() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
   return buf;
+}
+
+/// The words of a comma list ("" -> none; "a,,b" keeps the empty word, which the callers refuse).
+std::vector<std::string> comma_words(const std::string& list) {
+  std::vector<std::string> words;
+  for (size_t at = 0; !list.empty() && at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    words.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return words;
 }
 
 /// The value of an on/off flag (`fallback` when absent); throws naming the flag otherwise.
@@ -307,6 +331,10 @@ int bench_command(int argc, char** argv) {
                    "sm_90a code), auto (per class where ws pays off), a comma list of them, or "
                    "both (= legacy,ws); with several, every plan is timed on each in this "
                    "process; default: the library's"});
+  flags.push_back({"partials", true,
+                   "precision of the partial outputs (set_partial_precision): fp32, half or a "
+                   "comma list of them, timed on each like --grouped-kernel (with both lists, "
+                   "every pair); default: the library's"});
   const Args a(argc, argv, 2, flags);
   if (a.help()) {
     std::printf("%s", a.usage("bench").c_str());
@@ -323,17 +351,14 @@ int bench_command(int argc, char** argv) {
   const std::vector<std::string> planners = planner_list(planner_arg);
   const std::vector<Problem> problems = load_problems(a, true);
   const std::string gk = a.str("grouped-kernel", "");
-  std::vector<GroupedKernel> kernels;
-  if (gk.empty()) kernels = {grouped_kernel()};
-  for (size_t at = 0; !gk.empty() && at <= gk.size();) {
-    const size_t comma = std::min(gk.find(',', at), gk.size());
-    const std::string word = gk.substr(at, comma - at);
-    at = comma + 1;
+  std::vector<GroupedKernel> grouped;
+  if (gk.empty()) grouped = {grouped_kernel()};
+  for (const std::string& word : comma_words(gk)) {
     if (word == "both") {
-      kernels.push_back(GroupedKernel::kLegacy);
-      kernels.push_back(GroupedKernel::kWarpSpecialized);
+      grouped.push_back(GroupedKernel::kLegacy);
+      grouped.push_back(GroupedKernel::kWarpSpecialized);
     } else if (word == "legacy" || word == "ws" || word == "auto") {
-      kernels.push_back(word == "ws"     ? GroupedKernel::kWarpSpecialized
+      grouped.push_back(word == "ws"     ? GroupedKernel::kWarpSpecialized
                         : word == "auto" ? GroupedKernel::kAuto
                                          : GroupedKernel::kLegacy);
     } else {
@@ -342,6 +367,25 @@ int bench_command(int argc, char** argv) {
           "'");
     }
   }
+  const std::string pa = a.str("partials", "");
+  std::vector<PartialPrecision> partials;
+  if (pa.empty()) partials = {partial_precision()};
+  for (const std::string& word : comma_words(pa)) {
+    if (word != "fp32" && word != "half")
+      throw std::invalid_argument("--partials: expected fp32, half or a comma list of them, got '" +
+                                  pa + "'");
+    partials.push_back(word == "half" ? PartialPrecision::kHalf : PartialPrecision::kFloat32);
+  }
+  // every (grouped kernel, partials) pair; the name shows what varies
+  std::vector<KernelSetting> kernels;
+  for (const GroupedKernel g : grouped)
+    for (const PartialPrecision pp : partials) {
+      std::string name = grouped.size() > 1 || partials.size() == 1 ? grouped_kernel_name(g) : "";
+      if (partials.size() > 1)
+        name += std::string(name.empty() ? "" : "+") +
+                (pp == PartialPrecision::kHalf ? "half" : "fp32");
+      kernels.push_back({g, pp, name});
+    }
 
   int dev = 0;
   cudaDeviceProp prop{};
@@ -354,8 +398,8 @@ int bench_command(int argc, char** argv) {
   }
   BENCH_CUDA(cudaGetDevice(&dev));
   BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
-  for (const GroupedKernel k : kernels)
-    if (!grouped_kernel_supported(k))
+  for (const KernelSetting& k : kernels)
+    if (!grouped_kernel_supported(k.kernel))
       throw std::invalid_argument(
           "--grouped-kernel: ws needs an sm_90 device and a build with sm_90a code (this is " +
           std::string(prop.name) + ")");
@@ -422,7 +466,7 @@ int bench_command(int argc, char** argv) {
         std::find(planners.begin(), planners.end(), "query") != planners.end();
     const bool have_base =
         run_one(pb, "query", in, ref, runs, tm,
-                query_listed ? kernels : std::vector<GroupedKernel>{kernels.front()}, &base);
+                query_listed ? kernels : std::vector<KernelSetting>{kernels.front()}, &base);
     for (const std::string& pl : planners) {
       std::vector<Result> rs;
       if (pl == "query") {
@@ -506,13 +550,14 @@ int bench_command(int argc, char** argv) {
                    "\"heads\": \"%d/%d\", \"head_dim\": %d, \"queries\": %d, \"GBps\": %.1f, "
                    "\"bytes_min\": %.0f, \"flops_min\": %.0f, \"items\": %lld, "
                    "\"kv_bytes_read\": %.0f, \"est_us\": %.2f, \"grouped_kernel\": \"%s\", "
-                   "\"grouped_run\": \"%s\", \"kv_dtype\": \"%s\", \"check_ok\": %s}",
+                   "\"grouped_run\": \"%s\", \"partials\": \"%s\", \"kv_dtype\": \"%s\", "
+                   "\"check_ok\": %s}",
                    i ? "," : "", json_escape(r.workload).c_str(), json_escape(r.set).c_str(),
                    r.planner.c_str(), r.dtype.c_str(), r.page_size, r.median_ms, r.floor_ms,
                    r.floor_fraction, r.baseline_ms, r.max_rel_err, r.qo, r.kv, r.head_dim,
                    r.queries, r.GBps, r.bytes_min, r.flops_min, static_cast<long long>(r.items),
                    r.kv_read_bytes, r.est_us, r.grouped_kernel.c_str(), r.grouped_run.c_str(),
-                   r.kv_dtype.c_str(), r.check_ok ? "true" : "false");
+                   r.partials.c_str(), r.kv_dtype.c_str(), r.check_ok ? "true" : "false");
     }
     std::fprintf(f, "\n]}\n");
     std::fclose(f);

@@ -125,6 +125,22 @@ GroupedKernel grouped_kernel();
 /// True when the current device runs `k` (kWarpSpecialized: an sm_90 device and a build with
 /// sm_90a code; kLegacy and kAuto: always).
 bool grouped_kernel_supported(GroupedKernel k);
+/// Precision of the partial outputs the attention kernels write for the merge (their LSEs stay
+/// fp32, and the merge sums in fp32):
+///  * kFloat32: fp32 (8 bytes a pair of elements);
+///  * kHalf: the query dtype (fp16 or bf16), as FlashInfer's merge_state takes them: half the
+///    bytes written and read back. Each partial is normalized (|o| <= max |V|) and the merge
+///    weights sum to 1, so the rounding adds at most one unit roundoff of max |V| to an output
+///    element (and typically far less: the errors of the partials are independent); the GPU
+///    tests hold it to the same oracle tolerance (cpu/compare.h) as fp32 partials.
+/// The workspace keeps the fp32 size, so a plan runs in either mode.
+enum class PartialPrecision : int32_t { kFloat32 = 0, kHalf = 1 };
+/// Selects the precision for every later launch of this process (default: the environment variable
+/// TREEATTN_PARTIALS=fp32|half, else kHalf). Read on the host at launch, so a captured CUDA graph
+/// keeps the mode it was captured with; atomic, like set_grouped_kernel. Other values throw
+/// std::invalid_argument.
+void set_partial_precision(PartialPrecision p);
+PartialPrecision partial_precision();
 /// The kernel (kLegacy or kWarpSpecialized, never kAuto) that run_decode launches tile class `cls`
 /// of `layout` on, on the current device under the current set_grouped_kernel(): kM16 and
 /// head_dim 256 and fp8 KV caches (layout.shape.kv_dtype_bytes 1) always kLegacy. Host-only.

@@ -93,7 +93,7 @@ struct Plan {
   std::vector<KvRange> ranges;
   std::vector<int32_t> page_ids;
   std::vector<uint64_t> masks;
-  int32_t num_slots = 0;  ///< partial slots; slot s holds [num_qo_heads, head_dim] fp32 + LSE
+  int32_t num_slots = 0;  ///< partial slots: [num_qo_heads, head_dim] (fp32-sized) + LSE each
   std::vector<int32_t>
       merge_indptr;  ///< num_queries + 1; query q merges merge_slots[indptr[q]..indptr[q+1])
   std::vector<int32_t> merge_slots;  ///< empty range for queries written directly

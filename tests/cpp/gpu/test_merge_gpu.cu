@@ -7,12 +7,15 @@
 // Determinism: the same bits run after run and for two grid sizes (workspaces laid out with
 // headroom 1 and 3, so every launch has 1x or 3x the CTAs). Deep paths: queries with more merge
 // slots than the merge stages in shared memory at a time (kMergeChunk), for head counts that
-// leave the last head block of a merge CTA partly empty.
+// leave the last head block of a merge CTA partly empty. Partial precisions: fp32 and half
+// partials (set_partial_precision) on deep, wide and masked plans, each against the oracle on every
+// query, deterministic, and the switch refusing unknown values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,7 @@
 #include "treeattn/cpu/compare.h"
 #include "treeattn/cpu/executor.h"
 #include "treeattn/cpu/random_inputs.h"
+#include "treeattn/kernels/decode.h"
 #include "treeattn/kernels/device_plan.h"
 #include "treeattn/plan/layout.h"
 #include "treeattn/plan/tile_policy.h"
@@ -165,6 +169,47 @@ TEST(DecodeGpu, MergeOfDeepPathsAcrossSlotChunks) {
                 !mixed)
           << "the case should run the " << (mixed ? "wide" : "deep") << " merge";
       expect_deterministic(lc.tree, lc.c, plan, 3);
+    }
+  }
+}
+
+TEST(DecodeGpu, PartialPrecisions) {
+  EXPECT_THROW(set_partial_precision(static_cast<PartialPrecision>(2)), std::invalid_argument);
+  TA_REQUIRE_GPU();
+  const PartialPrecision before = partial_precision();
+  struct Restore {
+    PartialPrecision p;
+    ~Restore() { set_partial_precision(p); }
+  } restore{before};
+  struct Line {
+    const char* levels;
+    const char* planner;
+  };
+  // a deep chain (64 partials a query), many short partials under one root (flatten, masked),
+  // a multi-level tree, one KV head, head dims 64 / 128 / 256
+  std::string chain = "N=1", tokens = "C=40";
+  for (int i = 1; i < 63; ++i) {
+    chain += ",1";
+    tokens += ",9";
+  }
+  const std::string deep = chain + ",4 " + tokens + ",7 heads=16/4 dim=128 page=4";
+  const Line lines[] = {{deep.c_str(), "node"},
+                        {"N=1,256 C=256,32 heads=32/8 dim=128 page=32", "flatten"},
+                        {"N=1,4,16,64 C=300,100,50,20 heads=32/8 dim=64 page=16", "fasttree"},
+                        {"N=1,2,8,128 C=700,64,40,9 heads=16/1 dim=256 page=1", "node-chunk"},
+                        {"N=1,16,64 C=1024,256,32 heads=16/1 dim=128 page=16", "auto"}};
+  for (PartialPrecision pp : {PartialPrecision::kFloat32, PartialPrecision::kHalf}) {
+    set_partial_precision(pp);
+    for (const Line& line : lines) {
+      for (bool bf16 : {false, true}) {
+        LevelsCase lc = levels_case(line.levels, line.planner, bf16, 17);
+        lc.c.sample_queries = 1 << 20;  // every query
+        SCOPED_TRACE(lc.c.describe() + " " + line.levels +
+                     (pp == PartialPrecision::kHalf ? " half partials" : " fp32 partials"));
+        const Plan plan = make_case_plan(lc.tree, lc.c);
+        ASSERT_GT(plan.num_slots, 0) << "the line must merge partials";
+        expect_deterministic(lc.tree, lc.c, plan, 2);
+      }
     }
   }
 }
