@@ -49,6 +49,11 @@ struct UnitKeyHash {
   }
 };
 
+/// Tokens of unit k of a request of L tokens in `need` pages of P.
+int32_t unit_fill(int64_t L, int64_t need, int64_t k, int64_t P) {
+  return static_cast<int32_t>(k + 1 < need ? P : L - (need - 1) * P);
+}
+
 }  // namespace
 
 PrefixTree tree_from_block_tables(const std::vector<std::vector<int32_t>>& block_tables,
@@ -83,15 +88,31 @@ PrefixTree tree_from_block_tables(const std::vector<std::vector<int32_t>>& block
   }
 
   // Trie over page units.
+  // Consecutive requests often share a leading run of units (forks, a draft chain's rows share
+  // one table): over the run, row r follows row r-1's trie path (the same key from the same
+  // node finds the same edge), so only the units after the run are looked up in `edges`.
   std::unordered_map<UnitKey, int32_t, UnitKeyHash> edges;
   std::vector<int32_t> t_parent, t_page, t_fill, t_children, t_queries;
   std::vector<int32_t> request_end(block_tables.size());
+  std::vector<int32_t> path, prev_path;  // trie node after each unit of row r, of row r-1
   for (size_t r = 0; r < block_tables.size(); ++r) {
     const int64_t L = seq_lens[r];
     const int64_t need = ceil_div(L, P);
+    path.resize(static_cast<size_t>(need));
     int32_t cur = -1;
-    for (int64_t k = 0; k < need; ++k) {
-      const int32_t fill = static_cast<int32_t>(k + 1 < need ? P : L - (need - 1) * P);
+    int64_t k = 0;
+    if (r > 0) {
+      const std::vector<int32_t>& pt = block_tables[r - 1];
+      const int64_t pL = seq_lens[r - 1], pneed = static_cast<int64_t>(prev_path.size());
+      const int64_t common = std::min(need, pneed);
+      while (k < common && block_tables[r][k] == pt[k] &&
+             unit_fill(L, need, k, P) == unit_fill(pL, pneed, k, P)) {
+        cur = path[k] = prev_path[k];
+        ++k;
+      }
+    }
+    for (; k < need; ++k) {
+      const int32_t fill = unit_fill(L, need, k, P);
       const UnitKey key{cur, block_tables[r][k], fill};
       auto [it, fresh] = edges.emplace(key, static_cast<int32_t>(t_parent.size()));
       if (fresh) {
@@ -102,8 +123,9 @@ PrefixTree tree_from_block_tables(const std::vector<std::vector<int32_t>>& block
         t_queries.push_back(0);
         if (cur >= 0) ++t_children[cur];
       }
-      cur = it->second;
+      cur = path[k] = it->second;
     }
+    path.swap(prev_path);
     request_end[r] = cur;
     ++t_queries[cur];
   }

@@ -356,6 +356,38 @@ def test_incremental_tree_updates_used_and_exact(tiny):
     eng.cache.check()
 
 
+def test_treeattn_backend_tables_read_shared_lists_once():
+    """TreeAttnBackend._tables reads each distinct block-table list once (rows of one sequence
+    hold the same list): on random steps (draft chains, forks, padding rows, lists longer than
+    a row needs) it equals the tables built row by row, 0 past each row's pages."""
+    rng = random.Random(7)
+    for _ in range(200):
+        P = rng.randint(1, 9)
+        lists = [[rng.randint(0, 500) for _ in range(rng.randint(1, 12))]
+                 for _ in range(rng.randint(1, 6))]
+        pad = [0]
+        bts, lens, seqs = [], [], []
+        for _ in range(rng.randint(1, 40)):
+            if rng.random() < 0.15:
+                bts.append(pad)
+                lens.append(1)
+                seqs.append(-1)
+                continue
+            k = rng.randrange(len(lists))
+            t = lists[k] if rng.random() < 0.8 else list(lists[k])  # same list or an equal copy
+            bts.append(t)
+            lens.append(rng.randint(1, len(t) * P))
+            seqs.append(k)
+        meta = backends.StepMeta(bts, lens, P, 600, seqs if rng.random() < 0.8 else None)
+        bt, got_lens = backends.TreeAttnBackend._tables(meta)
+        want = np.zeros((len(bts), max(-(-n // P) for n in lens)), np.int64)
+        for r, (t, n) in enumerate(zip(bts, lens)):
+            want[r, :-(-n // P)] = t[:-(-n // P)]
+        assert bt.dtype == np.int64 and np.array_equal(bt, want)
+        want_lens = [0 if meta.row_seqs is not None and s < 0 else n for n, s in zip(lens, seqs)]
+        assert got_lens.tolist() == want_lens
+
+
 def test_scheduler_continuous_batching_matches_requests_alone(tiny):
     """Requests joining and leaving a running batch (greedy) produce what each produces alone;
     every page comes back."""

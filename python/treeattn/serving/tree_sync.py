@@ -232,10 +232,14 @@ class TreeSync:
         m = min(R, Ro)
         same = np.arange(m)
         prev[:m] = np.where(self._continues_in_place(bt, lens, m), same, -1)
-        if (prev < 0).any():
+        max_joins = _MAX_JOINS + R // 8
+        missing = int(np.count_nonzero(prev < 0))
+        if missing > max_joins and self._surely_too_many_joins(missing, max_joins):
+            raise _Fallback()  # (what the search below would end in, known without it)
+        if missing:
             self._match_moved(bt, lens, prev)
         joins = np.nonzero(prev < 0)[0]
-        if joins.size > _MAX_JOINS + R // 8:
+        if joins.size > max_joins:
             raise _Fallback()  # a new batch rather than a step: one rebuild is cheaper
         # Per row: its node (the previous row's, or where it joins), its first own page column
         # and the tokens it gained.
@@ -268,6 +272,17 @@ class TreeSync:
             f, n = f[rows, None], (f + opened)[rows, None]
             pages = bt[grow[rows]][(cols >= f) & (cols < n)]
             tree.append_tokens_bulk(grow, delta[grow], ptr, pages)
+
+    def _surely_too_many_joins(self, missing: int, max_joins: int) -> bool:
+        """True when `missing` rows that do not continue their own row leave more than
+        `max_joins` joining rows whatever _match_moved finds: it matches a row to the previous
+        row holding the page of the row's last (or second-last) token, one row per distinct
+        last page of the previous rows at most, and these are no more than its runs of equal
+        pages. O(previous rows); a draft tree's rows (all new every step) skip the search."""
+        obt, olens, P = self._bt, self._lens, self.page_size
+        last = obt[np.arange(olens.shape[0]), (olens + P - 1) // P - 1]
+        runs = 1 + int(np.count_nonzero(last[1:] != last[:-1]))
+        return missing - runs > max_joins
 
     def _match_moved(self, bt, lens, prev) -> None:
         """Rows that do not continue the row at their own index: look them up by the page that
