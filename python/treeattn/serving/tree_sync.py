@@ -222,6 +222,16 @@ class TreeSync:
         ok &= ((bt[:m, :cols] == b) | (b < 0)).all(axis=1)
         return ok
 
+    def _may_continue_in_place(self, bt: np.ndarray, lens: np.ndarray, m: int) -> np.ndarray:
+        """For rows 0..m-1: not shorter than the previous row at the same index and holding its
+        last page at the same column (what _continues_in_place needs, among the rest)."""
+        obt, olens, P = self._bt, self._lens[:m], self.page_size
+        col = (olens + P - 1) // P - 1
+        ok = (lens[:m] >= olens) & (col < bt.shape[1])
+        r = np.arange(m)
+        c = np.minimum(col, bt.shape[1] - 1)
+        return ok & (bt[r, c] == obt[r, col])
+
     def _incremental(self, bt: np.ndarray, lens: np.ndarray) -> None:
         tree, P = self.tree, self.page_size
         olens = self._lens
@@ -230,9 +240,15 @@ class TreeSync:
             raise _Fallback()  # mostly dead node slots: a rebuild compacts them
         prev = np.full(R, -1, dtype=np.int64)
         m = min(R, Ro)
+        max_joins = _MAX_JOINS + R // 8
+        # Rows continuing the row at their own index are at most those holding its last page
+        # in the same column (O(rows), before the whole-table comparison): when the others
+        # already leave too many joins, fall back now (W6: every row new, every step)
+        missing = R - int(np.count_nonzero(self._may_continue_in_place(bt, lens, m)))
+        if missing > max_joins and self._surely_too_many_joins(missing, max_joins):
+            raise _Fallback()
         same = np.arange(m)
         prev[:m] = np.where(self._continues_in_place(bt, lens, m), same, -1)
-        max_joins = _MAX_JOINS + R // 8
         missing = int(np.count_nonzero(prev < 0))
         if missing > max_joins and self._surely_too_many_joins(missing, max_joins):
             raise _Fallback()  # (what the search below would end in, known without it)
