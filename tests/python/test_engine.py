@@ -408,14 +408,15 @@ def test_treeattn_backend_tables_read_shared_lists_once():
                  for _ in range(rng.randint(1, 6))]
         pad = [0]
         bts, lens, seqs = [], [], []
+        share = rng.choice((0.0, 0.8))  # 0: every row its own list
         for _ in range(rng.randint(1, 40)):
             if rng.random() < 0.15:
-                bts.append(pad)
+                bts.append(pad if share else [0])
                 lens.append(1)
                 seqs.append(-1)
                 continue
             k = rng.randrange(len(lists))
-            t = lists[k] if rng.random() < 0.8 else list(lists[k])  # same list or an equal copy
+            t = lists[k] if rng.random() < share else list(lists[k])  # same list or a copy
             bts.append(t)
             lens.append(rng.randint(1, len(t) * P))
             seqs.append(k)

@@ -153,20 +153,23 @@ class TreeAttnBackend(Backend):
         seq = np.asarray(meta.seq_lens, np.int64)
         counts = (seq + P - 1) // P
         tabs = meta.block_tables
-        ids = np.fromiter(map(id, tabs), np.uint64, count=meta.rows)
-        _, firsts, which = np.unique(ids, return_index=True, return_inverse=True)
-        need = np.zeros(firsts.size, np.int64)  # per distinct list: the most pages read
-        np.maximum.at(need, which, counts)
+        if len({id(t) for t in tabs}) == meta.rows:  # every row its own list: read as they are
+            firsts, need, which = np.arange(meta.rows), counts, None
+        else:
+            ids = np.fromiter(map(id, tabs), np.uint64, count=meta.rows)
+            _, firsts, which = np.unique(ids, return_index=True, return_inverse=True)
+            need = np.zeros(firsts.size, np.int64)  # per distinct list: the most pages read
+            np.maximum.at(need, which, counts)
         total = int(need.sum())
         flat = np.fromiter(itertools.chain.from_iterable(
             tabs[i][:c] for i, c in zip(firsts.tolist(), need.tolist())), np.int64, count=total)
         cols = int(counts.max())
-        ubt = np.zeros((firsts.size, cols), np.int64)
+        bt = np.zeros((firsts.size, cols), np.int64)
         row = np.repeat(np.arange(firsts.size), need)
         col = np.arange(total) - np.repeat(np.cumsum(need) - need, need)
-        ubt[row, col] = flat
-        bt = ubt[which]
-        if firsts.size < meta.rows:  # a row of a shared list: 0 past its own pages
+        bt[row, col] = flat
+        if which is not None:  # rows of a shared list: 0 past their own pages
+            bt = bt[which]
             bt[np.arange(cols)[None, :] >= counts[:, None]] = 0
         rows = meta.row_seqs
         lens = seq if rows is None else np.where(np.asarray(rows) >= 0, seq, 0)
