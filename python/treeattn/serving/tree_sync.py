@@ -16,7 +16,9 @@ condense or reorder). A row continuing no previous row *joins*: when its longest
 full pages with a previous row ends exactly at a node boundary of that row's path, it is added
 there and appends its own pages; otherwise the tree is rebuilt. A step with more joining rows
 than 8 + rows / 8 (a new batch rather than a step, e.g. a new draft tree per step) is rebuilt
-right away, without searching join points.
+right away, without searching join points; when a bound shows that many joins before the
+matching (rows holding their previous row's last page at most continue it, one moved row at most
+per run of equal last pages), without the matching either.
 
 Applying a step takes two calls into the C++ tree, each one pass over the tree (numpy does the
 matching over the block tables):
