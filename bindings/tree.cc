@@ -60,22 +60,33 @@ PrefixTree from_block_tables_array(const AnyArray& bt, const AnyArray& lens, Int
   const int64_t rows = static_cast<int64_t>(bt.shape(0)), cols = static_cast<int64_t>(bt.shape(1));
   std::vector<std::vector<int32_t>> tables(rows);
   std::vector<int64_t> seq_lens(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    seq_lens[r] = int_at(lens, r * lens.stride(0));
-    TA_CHECK_ARG(seq_lens[r] >= 0, "seq_lens", "entry ", r, " is negative: ", seq_lens[r]);
-    TA_CHECK_ARG(seq_lens[r] <= INT32_MAX, "seq_lens", "entry ", r, " is ", seq_lens[r],
-                 ", above 2^31-1 tokens");
-    const int64_t need = (seq_lens[r] + page_size - 1) / page_size;
-    TA_CHECK_ARG(need <= cols, "block_tables", "row ", r, " has ", cols, " pages, seq_lens[", r,
-                 "] = ", seq_lens[r], " needs ", need);
-    tables[r].resize(need);
-    for (int64_t c = 0; c < need; ++c) {
-      const int64_t id = int_at(bt, r * bt.stride(0) + c * bt.stride(1));
-      TA_CHECK_ARG(id >= 0 && id <= INT32_MAX, "block_tables", "page id ", id, " at [", r, ", ", c,
-                   "] out of range");
-      tables[r][c] = static_cast<int32_t>(id);
+  // the page ids read with bt's element type resolved once (int_at tests the dtype per entry)
+  const auto read = [&](const auto* data) {
+    for (int64_t r = 0; r < rows; ++r) {
+      seq_lens[r] = int_at(lens, r * lens.stride(0));
+      TA_CHECK_ARG(seq_lens[r] >= 0, "seq_lens", "entry ", r, " is negative: ", seq_lens[r]);
+      TA_CHECK_ARG(seq_lens[r] <= INT32_MAX, "seq_lens", "entry ", r, " is ", seq_lens[r],
+                   ", above 2^31-1 tokens");
+      const int64_t need = (seq_lens[r] + page_size - 1) / page_size;
+      TA_CHECK_ARG(need <= cols, "block_tables", "row ", r, " has ", cols, " pages, seq_lens[", r,
+                   "] = ", seq_lens[r], " needs ", need);
+      tables[r].resize(need);
+      const auto* row = data + r * bt.stride(0);
+      for (int64_t c = 0; c < need; ++c) {
+        const int64_t id = static_cast<int64_t>(row[c * bt.stride(1)]);
+        TA_CHECK_ARG(id >= 0 && id <= INT32_MAX, "block_tables", "page id ", id, " at [", r, ", ",
+                     c, "] out of range");
+        tables[r][c] = static_cast<int32_t>(id);
+      }
     }
-  }
+  };
+  const auto dt = bt.dtype();
+  if (dt == nb::dtype<int32_t>())
+    read(static_cast<const int32_t*>(bt.data()));
+  else if (dt == nb::dtype<uint32_t>())
+    read(static_cast<const uint32_t*>(bt.data()));
+  else
+    read(static_cast<const int64_t*>(bt.data()));  // int64: check_int_array allows no other
   return tree_from_block_tables(tables, seq_lens, page_size, num_pages);
 }
 

@@ -22,8 +22,8 @@
 // Table entries beyond ceil(L/P) are ignored and not checked (engines pad their tables).
 #include "treeattn/tree/block_tables.h"
 
+#include <algorithm>
 #include <limits>
-#include <unordered_map>
 
 #include "tree_internal.h"
 #include "treeattn/common/error.h"
@@ -48,6 +48,60 @@ struct UnitKeyHash {
     return static_cast<size_t>(h ^ (h >> 31));
   }
 };
+
+/// The trie's edges: UnitKey -> child index, open addressing with linear probing (one flat
+/// array, no allocation per edge), at most half full.
+class EdgeMap {
+ public:
+  /// Room for about 2 * `edges` edges before the first growth.
+  explicit EdgeMap(size_t edges) {
+    size_t n = 256;
+    while (n < 4 * edges) n *= 2;
+    slots_.resize(n);
+  }
+
+  /// The child under `key`, inserting `child` first when there is none (*fresh set then).
+  int32_t emplace(const UnitKey& key, int32_t child, bool* fresh) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    size_t i = UnitKeyHash()(key) & (slots_.size() - 1);
+    for (;; i = (i + 1) & (slots_.size() - 1)) {
+      Slot& s = slots_[i];
+      if (s.child < 0) {
+        s = {key, child};
+        ++size_;
+        *fresh = true;
+        return child;
+      }
+      if (s.key == key) {
+        *fresh = false;
+        return s.child;
+      }
+    }
+  }
+
+ private:
+  struct Slot {
+    UnitKey key;
+    int32_t child = -1;  // -1: empty
+  };
+  void grow() {
+    std::vector<Slot> old(2 * slots_.size());
+    old.swap(slots_);
+    for (const Slot& s : old) {
+      if (s.child < 0) continue;
+      size_t i = UnitKeyHash()(s.key) & (slots_.size() - 1);
+      while (slots_[i].child >= 0) i = (i + 1) & (slots_.size() - 1);
+      slots_[i] = s;
+    }
+  }
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
+};
+
+/// Tokens of unit k of a request of L tokens in `need` pages of P.
+int32_t unit_fill(int64_t L, int64_t need, int64_t k, int64_t P) {
+  return static_cast<int32_t>(k + 1 < need ? P : L - (need - 1) * P);
+}
 
 }  // namespace
 
@@ -83,17 +137,35 @@ PrefixTree tree_from_block_tables(const std::vector<std::vector<int32_t>>& block
   }
 
   // Trie over page units.
-  std::unordered_map<UnitKey, int32_t, UnitKeyHash> edges;
+  // Consecutive requests often share a leading run of units (forks, a draft chain's rows share
+  // one table): over the run, row r follows row r-1's trie path (the same key from the same
+  // node finds the same edge), so only the units after the run are looked up in `edges`.
+  EdgeMap edges(block_tables.size());  // sized for about 2 edges a row, grows past that
   std::vector<int32_t> t_parent, t_page, t_fill, t_children, t_queries;
   std::vector<int32_t> request_end(block_tables.size());
+  std::vector<int32_t> path;  // trie node after each unit of row r-1, then of row r
   for (size_t r = 0; r < block_tables.size(); ++r) {
+    const std::vector<int32_t>& row = block_tables[r];
     const int64_t L = seq_lens[r];
     const int64_t need = ceil_div(L, P);
-    int32_t cur = -1;
-    for (int64_t k = 0; k < need; ++k) {
-      const int32_t fill = static_cast<int32_t>(k + 1 < need ? P : L - (need - 1) * P);
-      const UnitKey key{cur, block_tables[r][k], fill};
-      auto [it, fresh] = edges.emplace(key, static_cast<int32_t>(t_parent.size()));
+    int64_t k = 0;
+    if (r > 0) {
+      const std::vector<int32_t>& pt = block_tables[r - 1];
+      const int64_t pL = seq_lens[r - 1], pneed = static_cast<int64_t>(path.size());
+      const int64_t common = std::min(need, pneed);
+      // units before the last of either row are full pages in both: equal ids continue the run
+      k = std::mismatch(row.begin(), row.begin() + (common - 1), pt.begin()).first - row.begin();
+      if (k == common - 1 && row[k] == pt[k] &&
+          unit_fill(L, need, k, P) == unit_fill(pL, pneed, k, P))
+        ++k;
+    }
+    int32_t cur = k > 0 ? path[k - 1] : -1;
+    path.resize(static_cast<size_t>(need));
+    for (; k < need; ++k) {
+      const int32_t fill = unit_fill(L, need, k, P);
+      const UnitKey key{cur, row[k], fill};
+      bool fresh = false;
+      const int32_t child = edges.emplace(key, static_cast<int32_t>(t_parent.size()), &fresh);
       if (fresh) {
         t_parent.push_back(cur);
         t_page.push_back(key.page);
@@ -102,7 +174,7 @@ PrefixTree tree_from_block_tables(const std::vector<std::vector<int32_t>>& block
         t_queries.push_back(0);
         if (cur >= 0) ++t_children[cur];
       }
-      cur = it->second;
+      cur = path[k] = child;
     }
     request_end[r] = cur;
     ++t_queries[cur];

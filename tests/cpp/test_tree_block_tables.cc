@@ -1,9 +1,13 @@
 // Block tables <-> tree: the sharing rule's edge cases (partial last page, prefix requests,
 // identical requests, a request ending inside a page another one fills further, equal page ids at
-// non-leading positions), input errors, and random round trips.
+// non-leading positions), input errors, random round trips, and the trie's shortcut over the
+// leading run a row shares with the row before it against a plain trie.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <random>
+#include <tuple>
 
 #include "test_tree_util.h"
 #include "treeattn/tree/block_tables.h"
@@ -196,6 +200,119 @@ TEST(TreeBlockTables, RoundTripRandom) {
       for (int32_t q : t.query_node) has_query = has_query || q == v;
       ASSERT_TRUE(has_query || ix.children(v).size() != 1) << "seed " << seed;
     }
+  }
+}
+
+// The trie of tree_from_block_tables() without its shortcut (row r following row r-1's path over
+// their common leading run): every unit looked up by (parent, page, fill), then path compression;
+// returns per node (parent, tokens, pages) and the query nodes.
+struct PlainTree {
+  std::vector<std::tuple<int64_t, int64_t, std::vector<int32_t>>> nodes;
+  std::vector<int32_t> query_node;
+};
+PlainTree plain_trie(const Tables& bt, const std::vector<int64_t>& lens, int64_t P) {
+  std::map<std::tuple<int32_t, int32_t, int64_t>, int32_t> edges;
+  std::vector<int32_t> parent, page, children, queries, end(bt.size());
+  std::vector<int64_t> fill;
+  for (size_t r = 0; r < bt.size(); ++r) {
+    const int64_t need = (lens[r] + P - 1) / P;
+    int32_t cur = -1;
+    for (int64_t k = 0; k < need; ++k) {
+      const int64_t f = k + 1 < need ? P : lens[r] - (need - 1) * P;
+      const auto [it, fresh] =
+          edges.emplace(std::make_tuple(cur, bt[r][k], f), static_cast<int32_t>(parent.size()));
+      if (fresh) {
+        parent.push_back(cur);
+        page.push_back(bt[r][k]);
+        fill.push_back(f);
+        children.push_back(0);
+        queries.push_back(0);
+        if (cur >= 0) ++children[cur];
+      }
+      cur = it->second;
+    }
+    end[r] = cur;
+    ++queries[cur];
+  }
+  PlainTree out;
+  std::vector<int32_t> node_of(parent.size());
+  for (size_t u = 0; u < parent.size(); ++u) {
+    const int32_t p = parent[u];
+    if (p >= 0 && children[p] == 1 && queries[p] == 0) {
+      node_of[u] = node_of[p];
+      std::get<1>(out.nodes[node_of[u]]) += fill[u];
+      std::get<2>(out.nodes[node_of[u]]).push_back(page[u]);
+    } else {
+      node_of[u] = static_cast<int32_t>(out.nodes.size());
+      out.nodes.emplace_back(p >= 0 ? node_of[p] : -1, fill[u], std::vector<int32_t>{page[u]});
+    }
+  }
+  for (const int32_t e : end) out.query_node.push_back(node_of[e]);
+  return out;
+}
+
+// Rows as an engine lists them for speculative decoding and forks: runs of rows holding one
+// table at growing lengths (a draft chain), tables sharing leading pages with the row before
+// (forks), a row repeated, a page id reused after a different prefix, in random order.
+TEST(TreeBlockTables, ConsecutiveRowsMatchThePlainTrie) {
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    std::mt19937_64 rng(seed);
+    auto rnd = [&](int64_t lo, int64_t hi) {
+      return lo + static_cast<int64_t>(rng() % (hi - lo + 1));
+    };
+    const int64_t P = rnd(1, 9);
+    Tables bt;
+    std::vector<int64_t> lens;
+    int32_t next_page = 0;
+    const int64_t groups = rnd(1, 6);
+    for (int64_t g = 0; g < groups; ++g) {
+      std::vector<int32_t> base;
+      if (!bt.empty() && rnd(0, 2) > 0) {  // share a leading run of the previous row's pages
+        base = bt.back();
+        base.resize(static_cast<size_t>(rnd(0, static_cast<int64_t>(base.size()))));
+      }
+      const int64_t forks = rnd(1, 4), depth = rnd(1, 2 * P + 2);
+      for (int64_t f = 0; f < forks; ++f) {
+        std::vector<int32_t> tb = base;
+        const int64_t start = static_cast<int64_t>(tb.size()) * P - (tb.empty() ? 0 : rnd(0, 1));
+        const int64_t top = std::max<int64_t>(start, 0) + depth;
+        while (static_cast<int64_t>(tb.size()) * P < top)
+          tb.push_back(rnd(0, 5) == 0 && next_page > 0 ? static_cast<int32_t>(rnd(0, next_page - 1))
+                                                       : next_page++);
+        for (int64_t len = std::max<int64_t>(top - depth + 1, 1); len <= top; ++len) {
+          bt.push_back(tb);
+          lens.push_back(len);
+          if (rnd(0, 7) == 0) {  // the same row again
+            bt.push_back(tb);
+            lens.push_back(len);
+          }
+        }
+      }
+    }
+    if (seed % 3 == 0) {  // shuffled rows: shorter leading runs between neighbours
+      std::vector<size_t> order(bt.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::shuffle(order.begin(), order.end(), rng);
+      Tables b2;
+      std::vector<int64_t> l2;
+      for (const size_t i : order) b2.push_back(bt[i]), l2.push_back(lens[i]);
+      bt.swap(b2);
+      lens.swap(l2);
+    }
+    PrefixTree t;
+    try {
+      t = tree_from_block_tables(bt, lens, static_cast<int32_t>(P));
+    } catch (const std::invalid_argument&) {
+      continue;  // a reused page id listed after two prefixes: no tree (validate refuses it)
+    }
+    const PlainTree want = plain_trie(bt, lens, P);
+    ASSERT_EQ(t.nodes.size(), want.nodes.size()) << "seed " << seed;
+    for (size_t v = 0; v < t.nodes.size(); ++v) {
+      ASSERT_EQ(t.nodes[v].parent, std::get<0>(want.nodes[v])) << "seed " << seed << " node " << v;
+      ASSERT_EQ(t.nodes[v].tokens, std::get<1>(want.nodes[v])) << "seed " << seed << " node " << v;
+      ASSERT_EQ(t.nodes[v].pages, std::get<2>(want.nodes[v])) << "seed " << seed << " node " << v;
+    }
+    ASSERT_EQ(t.query_node, want.query_node) << "seed " << seed;
   }
 }
 

@@ -122,6 +122,29 @@ def test_kv_cow_chain_resolved_to_original_source():
     assert not (srcs & dsts), "a copy reads a slot another copy of the same step writes"
 
 
+def _kv_random_op(kv, rng, live, prompts, cuts) -> bool:
+    """One random change of kv's sequences (`live`, updated): r = rng.random() below cuts[0] (or
+    nothing live) a new sequence from a shared prompt, below cuts[1] a fork, below cuts[2] a
+    finished sequence, below cuts[3] a truncation; False (nothing done) above them."""
+    r = rng.random()
+    if r < cuts[0] or not live:
+        pr = rng.choice(prompts) + [rng.randrange(50) for _ in range(rng.randrange(3))]
+        s, hit = kv.new_seq(pr)
+        for t in pr[hit:]:
+            kv.append(s, t)
+        live.append(s)
+    elif r < cuts[1]:
+        live += kv.fork(rng.choice(live), rng.randrange(1, 3))
+    elif r < cuts[2]:
+        kv.free_seq(live.pop(rng.randrange(len(live))))
+    elif r < cuts[3]:
+        s = rng.choice(live)
+        kv.truncate(s, rng.randrange(1, kv.length(s) + 1))
+    else:
+        return False
+    return True
+
+
 def test_kv_random_ops_no_leak_no_page_twice():
     rng = random.Random(12345)
     for P in (1, 3, 16):
@@ -129,22 +152,7 @@ def test_kv_random_ops_no_leak_no_page_twice():
         live = []
         prompts = [[rng.randrange(50) for _ in range(rng.randrange(1, 40))] for _ in range(6)]
         for op in range(1000):
-            r = rng.random()
-            if r < 0.25 or not live:
-                pr = rng.choice(prompts) + [rng.randrange(50) for _ in range(rng.randrange(3))]
-                s, hit = kv.new_seq(pr)
-                for t in pr[hit:]:
-                    kv.append(s, t)
-                live.append(s)
-            elif r < 0.45:
-                live += kv.fork(rng.choice(live), rng.randrange(1, 3))
-            elif r < 0.6:
-                s = live.pop(rng.randrange(len(live)))
-                kv.free_seq(s)
-            elif r < 0.7:
-                s = rng.choice(live)
-                kv.truncate(s, rng.randrange(1, kv.length(s) + 1))
-            else:
+            if not _kv_random_op(kv, rng, live, prompts, (0.25, 0.45, 0.6, 0.7)):
                 for s in rng.sample(live, min(len(live), 4)):
                     kv.append(s, rng.randrange(50))
             kv.take_copies()
@@ -155,6 +163,39 @@ def test_kv_random_ops_no_leak_no_page_twice():
         kv.check()
         assert kv.pages_in_use == 0
         assert kv.num_free() == kv.num_pages - 1
+
+
+def test_kv_append_rows_equals_append_per_row():
+    """append_rows (the engine's step: its fast path appends into a private partial page) leaves
+    the cache exactly as append() row by row, with the same positions, slots and tables, on
+    random steps of forks (copy-on-write), shared prompts (hashed pages), truncation, a
+    sequence on several rows (draft chains) and pages filling up, at page sizes 1 to 16."""
+    import copy
+
+    rng = random.Random(99)
+    for P in (1, 2, 5, 16):
+        a = KVCache(1, 3000, P, 1, 2, allocate=False)
+        prompts = [[rng.randrange(50) for _ in range(rng.randrange(1, 40))] for _ in range(4)]
+        live = []
+        for op in range(300):
+            if not _kv_random_op(a, rng, live, prompts, (0.2, 0.35, 0.45, 0.55)):
+                # a step: some sequences on several rows, in random order
+                sids = [s for s in rng.sample(live, min(len(live), 6))
+                        for _ in range(rng.choice((1, 1, 3)))]
+                rng.shuffle(sids)
+                toks = [rng.randrange(50) for _ in sids]
+                b = copy.deepcopy(a)
+                want = [(b.length(s), b.append(s, t)) for s, t in zip(sids, toks)]
+                pos, slots, tables = a.append_rows(sids, toks)
+                assert list(zip(pos, slots)) == want
+                assert [t is a.block_table(s) for s, t in zip(sids, tables)] == [True] * len(sids)
+                for k in ("ref", "free", "cached", "page_hash", "hash_page", "pending_copies",
+                          "held", "_copied_from", "stats"):
+                    assert getattr(a, k) == getattr(b, k), (P, op, k)
+                assert {i: vars(q) for i, q in a.seqs.items()} == {
+                    i: vars(q) for i, q in b.seqs.items()}
+            a.take_copies()
+        a.check()
 
 
 def test_kv_page_size_bounds():
@@ -354,6 +395,39 @@ def test_incremental_tree_updates_used_and_exact(tiny):
     assert up["incremental"] > 0 and up["planned_ahead"] > 0, up
     assert up["incremental"] + up["planned_ahead"] > up["rebuild"] > 0, up
     eng.cache.check()
+
+
+def test_treeattn_backend_tables_read_shared_lists_once():
+    """TreeAttnBackend._tables reads each distinct block-table list once (rows of one sequence
+    hold the same list): on random steps (draft chains, forks, padding rows, lists longer than
+    a row needs) it equals the tables built row by row, 0 past each row's pages."""
+    rng = random.Random(7)
+    for _ in range(200):
+        P = rng.randint(1, 9)
+        lists = [[rng.randint(0, 500) for _ in range(rng.randint(1, 12))]
+                 for _ in range(rng.randint(1, 6))]
+        pad = [0]
+        bts, lens, seqs = [], [], []
+        share = rng.choice((0.0, 0.8))  # 0: every row its own list
+        for _ in range(rng.randint(1, 40)):
+            if rng.random() < 0.15:
+                bts.append(pad if share else [0])
+                lens.append(1)
+                seqs.append(-1)
+                continue
+            k = rng.randrange(len(lists))
+            t = lists[k] if rng.random() < share else list(lists[k])  # same list or a copy
+            bts.append(t)
+            lens.append(rng.randint(1, len(t) * P))
+            seqs.append(k)
+        meta = backends.StepMeta(bts, lens, P, 600, seqs if rng.random() < 0.8 else None)
+        bt, got_lens = backends.TreeAttnBackend._tables(meta)
+        want = np.zeros((len(bts), max(-(-n // P) for n in lens)), np.int64)
+        for r, (t, n) in enumerate(zip(bts, lens)):
+            want[r, :-(-n // P)] = t[:-(-n // P)]
+        assert bt.dtype == np.int64 and np.array_equal(bt, want)
+        want_lens = [0 if meta.row_seqs is not None and s < 0 else n for n, s in zip(lens, seqs)]
+        assert got_lens.tolist() == want_lens
 
 
 def test_scheduler_continuous_batching_matches_requests_alone(tiny):

@@ -156,6 +156,82 @@ def test_tree_sync_new_batch_rebuilds_without_a_search_per_row(monkeypatch):
     assert sync.last_path == "incremental" and len(searched) == 4
 
 
+def _draft_step(b: Batch, rng, branches: int, depth: int):
+    """W6's rows over b's requests: each request forks `branches` chains, each appends its
+    pending token and `depth` drafts; rows are every chain at every length (one block-table
+    list per chain). Returns (tables, lens, cleanup) where cleanup() keeps one chain per request
+    (truncated to an accepted prefix) as the request and frees the others."""
+    chains, bts, lens = [], [], []
+    for i, sid in enumerate(b.rows):
+        kids = b.kv.fork(sid, branches)
+        n0 = b.kv.length(sid)
+        for k in kids:
+            for j in range(depth + 1):
+                b.kv.append(k, int(rng.integers(0, 50)))
+                bts.append(b.kv.block_table(k))
+                lens.append(n0 + j + 1)
+        chains.append((i, sid, kids, n0))
+    b.kv.take_copies()
+    width = max((n + b.P - 1) // b.P for n in lens) + 1
+    bt = np.zeros((len(lens), width), np.int64)
+    for r, (t, n) in enumerate(zip(bts, lens)):
+        bt[r, :(n + b.P - 1) // b.P] = t[:(n + b.P - 1) // b.P]
+
+    def cleanup():
+        for i, sid, kids, n0 in chains:
+            keep = kids[int(rng.integers(0, len(kids)))]
+            for k in kids:
+                if k != keep:
+                    b.kv.free_seq(k)
+            b.kv.free_seq(sid)
+            b.kv.truncate(keep, n0 + int(rng.integers(0, depth + 1)))
+            b.rows[i] = keep
+    return bt, np.array(lens, np.int64), cleanup
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tree_sync_join_bound_takes_the_path_the_search_takes(seed, monkeypatch):
+    """TreeSync._surely_too_many_joins skips the search for moved rows only when the step would
+    rebuild after it anyway: on random steps (draft trees whose rows are all new, rows
+    permuted, a few or many requests replaced, forks, few or many padding rows) a TreeSync with the bound
+    and one without it take the same path every step, and the bound does fire, with trees
+    equal node for node."""
+    b = Batch(seed, num_pages=40000)
+    rng = np.random.default_rng(seed + 200)
+    fast, plain = TreeSync(P, b.kv.num_pages), TreeSync(P, b.kv.num_pages)
+    monkeypatch.setattr(plain, "_surely_too_many_joins", lambda *a: False)
+    fired = []
+    real = fast._surely_too_many_joins
+    monkeypatch.setattr(fast, "_surely_too_many_joins",
+                        lambda *a: fired.append(real(*a)) or fired[-1])
+    for _ in range(12):
+        b.join()
+    for i in range(120):
+        kind = rng.integers(0, 4)
+        cleanup = None
+        if kind == 0:  # a draft tree: every row new
+            bt, lens, cleanup = _draft_step(b, rng, int(rng.integers(1, 4)), int(rng.integers(0, 6)))
+        else:
+            b.step(fork=kind == 1)
+            if kind == 2:  # rows reordered, some replaced by new requests
+                b.rows = [b.rows[j] for j in rng.permutation(len(b.rows))]
+                for j in rng.choice(len(b.rows), int(rng.integers(0, len(b.rows))), replace=False):
+                    b.kv.free_seq(b.rows[j])
+                    b.join()
+                    b.rows[j] = b.rows.pop()
+            # padding rows: a few now and then, or many for a while (a graph's padded batch:
+            # rows that share one last page and continue in place)
+            pad = 40 if (i // 15) % 2 else int(rng.integers(0, 3)) if i % 4 == 0 else 0
+            bt, lens = b.tables(pad=pad)
+        a, c = fast.update(bt, lens), plain.update(bt, lens)
+        assert fast.last_path == plain.last_path, (i, fast.last_path, plain.last_path)
+        assert a.to_json() == c.to_json(), i
+        if cleanup is not None:
+            cleanup()
+    assert any(fired) and not all(fired), fired
+    assert fast.counts["incremental"] > 0 and fast.counts["rebuild"] > 0, fast.counts
+
+
 def test_tree_sync_step_linear_in_rows():
     """An incremental step over 2048 rows costs less than rebuilding the tree (one update call
     per row scanned the whole tree: ~10x the rebuild at this size)."""

@@ -219,18 +219,13 @@ class Engine:
         t0 = time.perf_counter()
         kv, dev, P = self.cache, self.device, self.page_size
         rows = self._rows(rows)
-        kv.pages_for_step([sid for sid, _ in rows])
-        positions, slots, new_pages = [], [], []
-        for sid, tok in rows:
-            n = kv.length(sid)
-            positions.append(n)
-            slots.append(kv.append(sid, tok))
-            new_pages.append(slots[-1] // P if n % P == 0 else -1)
-        changed = kv.truncated
-        copies = kv.take_copies()
         row_seqs = [sid for sid, _ in rows]
         tokens = [t for _, t in rows]
-        bts = [kv.block_table(sid) for sid, _ in rows]
+        kv.pages_for_step(row_seqs)
+        positions, slots, bts = kv.append_rows(row_seqs, tokens)
+        new_pages = [s // P if n % P == 0 else -1 for n, s in zip(positions, slots)]
+        changed = kv.truncated
+        copies = kv.take_copies()
         lens = [p + 1 for p in positions]
         T = len(rows)
         key = _bucket(T) if self.cuda_graphs else None

@@ -287,6 +287,36 @@ class KVCache:
                 self.page_hash[p] = h
         return s.pages[-1] * P + off
 
+    def append_rows(self, sids: Sequence[int], tokens: Sequence[int]
+                    ) -> Tuple[List[int], List[int], List[List[int]]]:
+        """append(sid, token) for each pair in order (a sequence may repeat): returns per row
+        the sequence's length before its append (the token's position), the slot, and the
+        sequence's block table (its live page list, as block_table() returns it). A token
+        into a private, unhashed partial page that does not fill it is appended here; every
+        other case goes through append() (new page, copy-on-write, hash registration, checks),
+        so the state and the results are append()'s. MemoryError / ValueError as append()
+        (the rows before the failing one are appended)."""
+        P, ref, page_hash, seqs = self.page_size, self.ref, self.page_hash, self.seqs
+        positions: List[int] = []
+        slots: List[int] = []
+        tables: List[List[int]] = []
+        for sid, token in zip(sids, tokens):
+            s = seqs.get(sid) if type(sid) is int else None
+            if s is None:
+                s = self._seq(sid)
+            n = len(s.tokens)
+            off = n % P
+            if (off == 0 or off == P - 1 or type(token) is not int or token < 0
+                    or ref[s.pages[-1]] > 1 or s.pages[-1] in page_hash):
+                slot = self.append(sid, token)
+            else:
+                s.tokens.append(token)
+                slot = s.pages[-1] * P + off
+            positions.append(n)
+            slots.append(slot)
+            tables.append(s.pages)
+        return positions, slots, tables
+
     def fork(self, sid: int, n: int = 1) -> List[int]:
         """n new sequences sharing every page of `sid` (the partial last page is copied lazily
         by the first append of whoever writes it while it is shared). n is at most the cache's

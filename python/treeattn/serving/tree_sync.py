@@ -16,7 +16,9 @@ condense or reorder). A row continuing no previous row *joins*: when its longest
 full pages with a previous row ends exactly at a node boundary of that row's path, it is added
 there and appends its own pages; otherwise the tree is rebuilt. A step with more joining rows
 than 8 + rows / 8 (a new batch rather than a step, e.g. a new draft tree per step) is rebuilt
-right away, without searching join points.
+right away, without searching join points; when a bound shows that many joins before the
+matching (rows holding their previous row's last page at most continue it, one moved row at most
+per run of equal last pages), without the matching either.
 
 Applying a step takes two calls into the C++ tree, each one pass over the tree (numpy does the
 matching over the block tables):
@@ -222,6 +224,16 @@ class TreeSync:
         ok &= ((bt[:m, :cols] == b) | (b < 0)).all(axis=1)
         return ok
 
+    def _may_continue_in_place(self, bt: np.ndarray, lens: np.ndarray, m: int) -> np.ndarray:
+        """For rows 0..m-1: not shorter than the previous row at the same index and holding its
+        last page at the same column (what _continues_in_place needs, among the rest)."""
+        obt, olens, P = self._bt, self._lens[:m], self.page_size
+        col = (olens + P - 1) // P - 1
+        ok = (lens[:m] >= olens) & (col < bt.shape[1])
+        r = np.arange(m)
+        c = np.minimum(col, bt.shape[1] - 1)
+        return ok & (bt[r, c] == obt[r, col])
+
     def _incremental(self, bt: np.ndarray, lens: np.ndarray) -> None:
         tree, P = self.tree, self.page_size
         olens = self._lens
@@ -230,12 +242,22 @@ class TreeSync:
             raise _Fallback()  # mostly dead node slots: a rebuild compacts them
         prev = np.full(R, -1, dtype=np.int64)
         m = min(R, Ro)
+        max_joins = _MAX_JOINS + R // 8
+        # Rows continuing the row at their own index are at most those holding its last page
+        # in the same column (O(rows), before the whole-table comparison): when the others
+        # already leave too many joins, fall back now (W6: every row new, every step)
+        missing = R - int(np.count_nonzero(self._may_continue_in_place(bt, lens, m)))
+        if missing > max_joins and self._surely_too_many_joins(missing, max_joins):
+            raise _Fallback()
         same = np.arange(m)
         prev[:m] = np.where(self._continues_in_place(bt, lens, m), same, -1)
-        if (prev < 0).any():
+        missing = int(np.count_nonzero(prev < 0))
+        if missing > max_joins and self._surely_too_many_joins(missing, max_joins):
+            raise _Fallback()  # (what the search below would end in, known without it)
+        if missing:
             self._match_moved(bt, lens, prev)
         joins = np.nonzero(prev < 0)[0]
-        if joins.size > _MAX_JOINS + R // 8:
+        if joins.size > max_joins:
             raise _Fallback()  # a new batch rather than a step: one rebuild is cheaper
         # Per row: its node (the previous row's, or where it joins), its first own page column
         # and the tokens it gained.
@@ -268,6 +290,17 @@ class TreeSync:
             f, n = f[rows, None], (f + opened)[rows, None]
             pages = bt[grow[rows]][(cols >= f) & (cols < n)]
             tree.append_tokens_bulk(grow, delta[grow], ptr, pages)
+
+    def _surely_too_many_joins(self, missing: int, max_joins: int) -> bool:
+        """True when `missing` rows that do not continue their own row leave more than
+        `max_joins` joining rows whatever _match_moved finds: it matches a row to the previous
+        row holding the page of the row's last (or second-last) token, one row per distinct
+        last page of the previous rows at most, and these are no more than its runs of equal
+        pages. O(previous rows); a draft tree's rows (all new every step) skip the search."""
+        obt, olens, P = self._bt, self._lens, self.page_size
+        last = obt[np.arange(olens.shape[0]), (olens + P - 1) // P - 1]
+        runs = 1 + int(np.count_nonzero(last[1:] != last[:-1]))
+        return missing - runs > max_joins
 
     def _match_moved(self, bt, lens, prev) -> None:
         """Rows that do not continue the row at their own index: look them up by the page that
