@@ -454,9 +454,6 @@ void register_tree(nb::module_& m) {
   def_field(device_info, "prologue_round_trips", &DeviceInfo::prologue_round_trips);
   def_field(device_info, "merge_release_us", &DeviceInfo::merge_release_us);
   def_field(device_info, "merge_round_trips", &DeviceInfo::merge_round_trips);
-  def_field(device_info, "merge_model", &DeviceInfo::merge_model);
-  def_field(device_info, "merge_step_us", &DeviceInfo::merge_step_us);
-  def_field(device_info, "merge_cta_us", &DeviceInfo::merge_cta_us);
 
   m.def("planners", &planner_names, "Planner names accepted by plan(), in display order.");
   m.def("workload_sets", &workload_set_names, "'fasttree', 'pat', 'deft', 'forge', 'irregular'.");

@@ -148,8 +148,6 @@ if "$CLI" bench --help > /dev/null 2>&1; then  # CUDA builds
     --grouped-kernel bogus
   bad "--grouped-kernel: expected legacy, ws, auto" "$CLI" bench --levels 'N=1,4 C=100,20' \
     --grouped-kernel legacy,auto,
-  bad "--cost-merge: expected new or old" "$CLI" bench --levels 'N=1,4 C=100,20' \
-    --cost-merge both
 fi
 
 # ---- issue 20: strict numbers, outputs never overwrite inputs, the chosen planner, labels

@@ -64,9 +64,7 @@ FREE = {
     "tile_latency_us": (0.4, 0.01, 5.0),
     "tile_latency_m128_us": (3.0, 0.01, 8.0),
     "tile_latency_wide_us": (1.5, 0.01, 5.0),
-    "merge_slot_us": (0.64, 0.01, 5.0),  # merge model 0 (the previous merge kernel)
-    "merge_step_us": (0.25, 0.01, 5.0),  # merge model 1: one slot step of a merge thread
-    "merge_cta_us": (0.5, 0.01, 5.0),  # merge model 1: SM time per merge CTA
+    "merge_slot_us": (0.64, 0.01, 5.0),
     "mask_penalty": (0.5, 0.001, 5.0),  # masked kM64/kM128 items: CTA time x (1 + this)
     "mask_penalty_m16": (0.05, 0.001, 5.0),  # masked kM16 items
     "cta_bw_factor": (1.5, 1.0, 8.0),  # a CTA's KV stream over its HBM share (L2 re-reads)
@@ -81,14 +79,11 @@ FREE = {
 LATENCY_ONLY = {"first_launch_us", "pdl_launch_us", "round_trip_us", "cta_fixed_us",
                 "merge_release_us"}
 LATENCY_OFF_ONLY = {"launch_overhead_us", "merge_launch_us", "item_overhead_us"}
-# The merge terms of each DeviceInfo::merge_model: a fit leaves out the other model's.
-MERGE_MODEL_TERMS = {0: {"merge_slot_us"}, 1: {"merge_step_us", "merge_cta_us"}}
 FIXED = {"ctas_per_sm": 2, "wide_ctas_per_sm": 4, "m128_ctas_per_sm": 1}
 # The original, uncalibrated kernel terms (the DeviceInfo defaults before the fit).
 LEGACY = {"launch_overhead_us": 2.5, "merge_launch_us": 2.5, "item_overhead_us": 1.0,
           "mma_efficiency": 0.55, "tile_latency_us": 0, "tile_latency_m128_us": 0,
-          "tile_latency_wide_us": 0, "merge_slot_us": 0, "merge_model": 0, "mask_penalty": 0,
-          "mask_penalty_m16": 0,
+          "tile_latency_wide_us": 0, "merge_slot_us": 0, "mask_penalty": 0, "mask_penalty_m16": 0,
           "cta_bw_factor": 1, "ctas_per_sm": 2, "wide_ctas_per_sm": 0, "m128_ctas_per_sm": 0}
 
 
@@ -251,9 +246,7 @@ def main():
         if unknown:
             ap.error(f"--free: unknown parameters {unknown} (known: {', '.join(FREE)})")
     else:
-        base = device(args.base)
-        skip = LATENCY_OFF_ONLY if base.latency_terms else LATENCY_ONLY
-        skip = skip | MERGE_MODEL_TERMS[1 - base.merge_model]
+        skip = LATENCY_OFF_ONLY if device(args.base).latency_terms else LATENCY_ONLY
         names = [k for k in FREE if k not in skip]
 
     def unpack(x):

@@ -22,8 +22,8 @@
 
 namespace treeattn::cuda_detail {
 
-using tile::kMergeChunk;  // slots staged in shared memory at a time
 using tile::kMergeThreads;
+constexpr int kMergeChunk = 128;  ///< slots staged in shared memory at a time
 
 /// Queries without merge slots were written by the attention kernel. Empty partials (lse = -inf)
 /// get weight 0 and their O is never read; a query whose partials are all empty gets the empty

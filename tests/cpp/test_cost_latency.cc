@@ -1,9 +1,7 @@
 // The cost model's critical-path latency terms (DeviceInfo::latency_terms): off, the latency
 // fields change nothing; on, the first launch is paid once and each further attention kernel
 // pdl_launch_us, a CTA pays its prologue's round trips, and the merge is a dependent phase set by
-// its longest merge list. The presets carry the terms, and bad values are refused by name. The
-// merge models (DeviceInfo::merge_model): the chunked merge of the presets is monotone in the
-// list's length and cheaper than the previous kernel's walk on long lists.
+// its longest merge list. The presets carry the terms, and bad values are refused by name.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -87,7 +85,6 @@ TEST(CostLatency, LaunchesAndPrologueRoundTrips) {
 
 TEST(CostLatency, MergeIsADependentPhaseOfItsLongestList) {
   DeviceInfo d = device_preset("h100");
-  d.merge_model = 0;    // the previous merge kernel's serial walk
   d.merge_slot_us = 5;  // the list's chain, not the partials' bytes, sets the merge
   const ItemSummary it = one_item();
   MergeSummary shortest, longest;
@@ -107,92 +104,6 @@ TEST(CostLatency, MergeIsADependentPhaseOfItsLongestList) {
   // off, the mean list sets the chain: the two merges cost the same
   d.latency_terms = false;
   EXPECT_DOUBLE_EQ(est(d, &it, 1, longest), est(d, &it, 1, shortest));
-}
-
-/// merge_chain_us of `queries` lists of `len` slots (16 qo heads x 128: one wide CTA a query,
-/// four deep ones).
-double chain(const DeviceInfo& d, int64_t queries, int64_t len) {
-  MergeSummary m;
-  for (int64_t q = 0; q < queries; ++q) m.add_list(len);
-  return merge_chain_us(d, shape_16_1(), m);
-}
-
-TEST(CostMerge, ChunkedMergeIsMonotoneAndCheaperOnLongLists) {
-  const DeviceInfo d = device_preset("h100");
-  ASSERT_EQ(d.merge_model, 1);
-  DeviceInfo old = d;
-  old.merge_model = 0;
-  EXPECT_EQ(chain(d, 0, 0), 0.0);
-  double prev = 0;
-  for (int64_t len = 2; len <= 600; ++len) {  // deep (one query: fewer wide CTAs than SMs)
-    const double t = chain(d, 1, len);
-    EXPECT_GE(t, prev) << len;
-    prev = t;
-    if (len >= 16) EXPECT_LT(t, chain(old, 1, len)) << len;
-  }
-  // a chunk of kMergeChunk slots is ceil(128 / 4) steps of a deep thread; the next chunk pays
-  // its ids' and LSEs' round trips
-  const double cta = 4 * d.merge_cta_us / d.num_sms;
-  EXPECT_NEAR(chain(d, 1, 128), 32 * d.merge_step_us + cta, 1e-9);
-  EXPECT_NEAR(chain(d, 1, 129), 33 * d.merge_step_us + 2 * d.round_trip_us + cta, 1e-9);
-  // `chain depth=128`: the longest list (133 slots) was priced ~2.5x what the kernel takes now
-  EXPECT_LT(chain(d, 1, 133) * 2.5, chain(old, 1, 133));
-  // many queries of short lists run wide (one step a slot); their CTAs' SM time grows with them
-  EXPECT_NEAR(chain(d, 1000, 3), 3 * d.merge_step_us + 1000 * d.merge_cta_us / d.num_sms, 1e-9);
-  EXPECT_GT(chain(d, 2000, 3), chain(d, 1000, 3));
-  // the whole estimate follows: a long list costs less than before, more than a short one
-  const ItemSummary it = one_item();
-  MergeSummary shorter, longer;
-  shorter.add_list(8);
-  longer.add_list(200);
-  EXPECT_LT(est(d, &it, 1, longer), est(old, &it, 1, longer));
-  EXPECT_GT(est(d, &it, 1, longer), est(d, &it, 1, shorter));
-  // merge_model 0 ignores the model-1 terms, and 1 the model-0 slot
-  DeviceInfo e = old;
-  e.merge_step_us += 3;
-  e.merge_cta_us += 3;
-  EXPECT_DOUBLE_EQ(est(e, &it, 1, longer), est(old, &it, 1, longer));
-  e = d;
-  e.merge_slot_us += 3;
-  EXPECT_DOUBLE_EQ(est(e, &it, 1, longer), est(d, &it, 1, longer));
-}
-
-TEST(CostMerge, PresetsAndValidation) {
-  for (const char* name : {"h100", "h200", "a100"}) {
-    const DeviceInfo d = device_preset(name);
-    EXPECT_EQ(d.merge_model, 1) << name;
-    EXPECT_GT(d.merge_step_us, 0) << name;
-    EXPECT_GT(d.merge_cta_us, 0) << name;
-  }
-  EXPECT_EQ(DeviceInfo().merge_model, 0);  // the uncalibrated defaults keep the old term
-  for (int bad : {-1, 2, 7}) {
-    DeviceInfo d = device_preset("h100");
-    d.merge_model = bad;
-    try {
-      validate_device(d);
-      ADD_FAILURE() << "merge_model " << bad << " accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("device.merge_model"), std::string::npos) << e.what();
-    }
-  }
-  for (const double bad : {-0.5, std::numeric_limits<double>::quiet_NaN()}) {
-    DeviceInfo d = device_preset("h100");
-    d.merge_step_us = bad;
-    EXPECT_THROW(validate_device(d), std::invalid_argument);
-    d = device_preset("h100");
-    d.merge_cta_us = bad;
-    EXPECT_THROW(validate_device(d), std::invalid_argument);
-  }
-  // make_plan refuses it too
-  DeviceInfo d = device_preset("h100");
-  d.merge_model = 3;
-  PlanOptions o;
-  o.planner = "auto";
-  o.num_qo_heads = 16;
-  o.num_kv_heads = 1;
-  o.device = d;
-  EXPECT_THROW(make_plan(tree_from_levels(parse_levels("N=1,4 C=300,70 heads=16/1")), o),
-               std::invalid_argument);
 }
 
 TEST(CostLatency, PresetsAndValidation) {

@@ -663,7 +663,6 @@ def _device_info_cases() -> List[Case]:
             ("cta_bw_factor", 0.5, "device"), ("mask_penalty", -1.0, "device"),
             ("merge_round_trips", 2**31 - 1, "device"), ("prologue_round_trips", -5, "device"),
             ("warpgroup_mma", "yes", "warpgroup_mma"), ("latency_terms", 2, "latency_terms"),
-            ("merge_model", 2, "device"), ("merge_step_us", -1.0, "device"),
             ("name", 5, "name"), ("smem_per_sm_bytes", 0, "device")]:
         c.append(Case(f"DeviceInfo.{name} = {value!r}", field(name, value), arg))
     return c

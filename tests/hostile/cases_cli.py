@@ -208,8 +208,6 @@ def _argv_cases() -> List[CliCase]:
         CliCase("bench unknown flag", ["bench", "--levels", L, "--bogus"], ["bench"]),
         CliCase("bench --grouped-kernel bogus", ["bench", "--levels", L, "--grouped-kernel",
                                                  "bogus"], ["bench"]),
-        CliCase("bench --cost-merge bogus", ["bench", "--levels", L, "--cost-merge", "1"],
-                ["bench"]),
     ]
 
 

@@ -183,8 +183,7 @@ DEVICE_FIELDS = [
     "tile_latency_m128_us", "tile_latency_wide_us", "merge_slot_us", "wide_ctas_per_sm",
     "wide_m16_ctas_per_sm", "m128_ctas_per_sm", "mask_penalty", "mask_penalty_m16", "cta_bw_factor",
     "warpgroup_mma", "latency_terms", "first_launch_us", "pdl_launch_us", "round_trip_us",
-    "cta_fixed_us", "prologue_round_trips", "merge_release_us", "merge_round_trips", "merge_model",
-    "merge_step_us", "merge_cta_us",
+    "cta_fixed_us", "prologue_round_trips", "merge_release_us", "merge_round_trips",
 ]
 
 
@@ -215,17 +214,8 @@ def test_device_info_binds_every_field():
     assert p.stats(d)["est_time_us"] > base_off
     d.item_overhead_us -= 10
     d.latency_terms = True
-    assert d.merge_model == 1  # the presets price the chunked merge: merge_slot_us is model 0's
-    d.merge_step_us += 5
-    assert p.stats(d)["est_time_us"] > base
-    d.merge_step_us -= 5
-    d.merge_model = 0
-    base_old = p.stats(d)["est_time_us"]
     d.merge_slot_us += 5
-    assert p.stats(d)["est_time_us"] > base_old
-    d.merge_model = 2  # validated when used
-    with pytest.raises(ValueError, match="merge_model"):
-        p.stats(d)
+    assert p.stats(d)["est_time_us"] > base
 
 
 def test_plan_defaults_errors_and_update():

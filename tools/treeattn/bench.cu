@@ -323,10 +323,6 @@ int bench_command(int argc, char** argv) {
   flags.push_back({"cost-latency", true,
                    "on (default) or off: the cost model's critical-path latency terms "
                    "(DeviceInfo::latency_terms) for the planners, for a same-binary A/B"});
-  flags.push_back({"cost-merge", true,
-                   "new (default) or old: the merge kernel the cost model prices "
-                   "(DeviceInfo::merge_model 1: chunked deep/wide; 0: the previous serial walk) "
-                   "for the planners, for a same-binary A/B"});
   flags.push_back({"timeline", true,
                    "after the timed runs, stamp every CTA's phases (7 more runs), write the median "
                    "run as a JSON line per line and planner to FILE and print its critical path"});
@@ -350,9 +346,6 @@ int bench_command(int argc, char** argv) {
     throw std::invalid_argument("--dtype: expected fp16 or bf16, got '" + dtype + "'");
   const bool bf16 = dtype == "bf16";
   const bool cost_latency = on_off(a, "cost-latency", true);
-  const std::string cost_merge = a.str("cost-merge", "new");
-  if (cost_merge != "new" && cost_merge != "old")
-    throw std::invalid_argument("--cost-merge: expected new or old, got '" + cost_merge + "'");
   const int runs = static_cast<int>(a.integer("runs", 50, 50, 100000));
   const uint64_t seed = a.u64("seed", 0);
   const std::vector<std::string> planners = planner_list(planner_arg);
@@ -421,13 +414,12 @@ int bench_command(int argc, char** argv) {
     g_device.hbm_read_GBps = hbm;
     g_device.tc_TFLOPs = tc;
     g_device.latency_terms = cost_latency;
-    g_device.merge_model = cost_merge == "new" ? 1 : 0;
   }
   std::printf(
       "device: %s, %d SMs, L2 %d MB\nceilings: HBM read %.0f GB/s, fp16 tensor %.0f TFLOP/s\n"
-      "cost model latency terms: %s, merge model: %s\n",
+      "cost model latency terms: %s\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, hbm, tc,
-      g_device.latency_terms ? "on" : "off", g_device.merge_model == 1 ? "new" : "old");
+      g_device.latency_terms ? "on" : "off");
 
   FILE* timeline_file = nullptr;
   if (a.has("timeline")) {

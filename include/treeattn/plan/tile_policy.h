@@ -134,8 +134,6 @@ inline bool ws_pays_off(int cls, int64_t items, int64_t kv_tokens, int64_t m16_i
 
 /// Threads of a merge CTA; threads per (head, 8-element chunk) pair of the two merge variants.
 inline constexpr int kMergeThreads = 256;
-/// Slots of a merge list a merge CTA stages in shared memory at a time (ids, then LSEs).
-inline constexpr int kMergeChunk = 128;
 inline constexpr int kMergeSplitWide = 1;
 inline constexpr int kMergeSplitDeep = 4;
 /// qo heads one merge CTA covers: kMergeThreads / split pairs of head_dim / 8 chunks each.

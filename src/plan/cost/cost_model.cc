@@ -23,24 +23,19 @@
 // gives the makespan, raised to the global bound max(total bytes / HBM bandwidth, total FLOPs /
 // tensor-core rate); then launch_overhead_us per attention launch (one per non-empty tile class)
 // and, when there are partial slots, merge_launch_us plus the merge pass: the larger of its bytes
-// (partials read, merged outputs written) at full HBM bandwidth and its chain (merge_chain_us):
-// for DeviceInfo::merge_model 0, the previous kernel's one CTA per query walking the mean merge
-// list serially (x passes x merge_slot_us); for 1, the current kernel's (chunks of slots staged
-// in shared memory, deep or wide as tile::use_deep_merge picks): the list's steps per thread x
-// merge_step_us plus its CTAs' share of the SMs (merge_cta_us each). The DeviceInfo defaults (no
-// latency floor, merge launch = launch overhead, merge model 0) give the original uncalibrated
-// model. Deterministic, O(C log C) in CTAs.
+// (partials read, merged outputs written) at full HBM bandwidth and the serial chain of one merge
+// CTA (the mean merge-list length x passes x merge_slot_us). The DeviceInfo defaults (no latency
+// floor, merge launch = launch overhead) give the original uncalibrated model. Deterministic, O(C
+// log C) in CTAs.
 //
 // With DeviceInfo::latency_terms the plan's fixed terms follow the call's critical path instead:
 // first_launch_us, then pdl_launch_us for each further attention kernel (PDL starts it while the
 // previous one runs), a CTA's overhead is cta_fixed_us + prologue_round_trips x round_trip_us, and
 // the merge is a phase that starts when the attention ends: merge_release_us +
-// merge_round_trips x round_trip_us + max(bytes, the longest merge list's chain; model 1: plus two
-// round trips per chunk of slots after the first).
+// merge_round_trips x round_trip_us + max(bytes, the longest merge list's chain).
 #include "treeattn/plan/cost/cost_model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -116,17 +111,6 @@ struct CtaModel {
   int64_t weight[kNumTileClasses] = {1, 1, 1};  ///< slots one CTA of the class takes
   double tile_lat[kNumTileClasses] = {0, 0, 0};
 };
-
-/// Merge model 0: ceil(qo_heads x head_dim / 8 / 128) passes of a query CTA's 128 threads.
-int64_t old_merge_passes(const PlanShape& s) {
-  return (static_cast<int64_t>(s.num_qo_heads) * s.head_dim / 8 + 127) / 128;
-}
-
-/// Merge model 1: the qo-head blocks (CTAs) of one query in the variant of `split`.
-int64_t merge_head_blocks(const PlanShape& s, int split) {
-  const int64_t per = tile::merge_heads_per_cta(s.head_dim, split);
-  return (s.num_qo_heads + per - 1) / per;
-}
 
 /// LPT makespan of `runs` (CTA time, how many CTAs) over `slots` identical slots.
 double lpt_makespan(std::vector<std::pair<double, int64_t>>* runs, int64_t slots) {
@@ -215,37 +199,6 @@ ItemCost estimate_item(const DeviceInfo& dev, const PlanShape& shape, TileClass 
                       kv_tokens);
 }
 
-double merge_chain_us(const DeviceInfo& dev, const PlanShape& s, const MergeSummary& merge) {
-  if (merge.slots <= 0 || merge.queries <= 0) return 0.0;
-  // the list on the critical path: the longest with the latency terms, else the mean
-  const double list = dev.latency_terms
-                          ? static_cast<double>(merge.longest)
-                          : static_cast<double>(merge.slots) / static_cast<double>(merge.queries);
-  if (dev.merge_model == 0) {
-    // One CTA per query folds its slots serially (two dependent loads per slot), in passes of
-    // its 128 threads.
-    return list * static_cast<double>(old_merge_passes(s)) * dev.merge_slot_us;
-  }
-  // One CTA per (query, block of qo heads), deep or wide as the kernel chooses. Per chunk of
-  // kMergeChunk slots a thread loads the chunk's ids, then its LSEs (two round trips after the
-  // first chunk's, which merge_round_trips counts), then folds every split-th slot of it.
-  const bool deep =
-      tile::use_deep_merge(merge.queries, merge.slots, s.num_qo_heads, s.head_dim, dev.num_sms);
-  const int split = deep ? tile::kMergeSplitDeep : tile::kMergeSplitWide;
-  const double ctas = static_cast<double>(merge.queries * merge_head_blocks(s, split));
-  const double chunks = std::max(1.0, std::ceil(list / tile::kMergeChunk));
-  const double last = list - (chunks - 1) * tile::kMergeChunk;  // slots of the last chunk
-  const double steps = (chunks - 1) * (tile::kMergeChunk / split) + std::ceil(last / split);
-  const double chunk_loads = dev.latency_terms ? (chunks - 1) * 2 * dev.round_trip_us : 0.0;
-  return steps * dev.merge_step_us + chunk_loads + ctas * dev.merge_cta_us / dev.num_sms;
-}
-
-double merge_slot_chain_us(const DeviceInfo& dev, const PlanShape& s) {
-  if (dev.merge_model == 0) return static_cast<double>(old_merge_passes(s)) * dev.merge_slot_us;
-  // one step of each of the query's CTAs in the wide variant (the one most queries run)
-  return dev.merge_step_us * static_cast<double>(merge_head_blocks(s, tile::kMergeSplitWide));
-}
-
 double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSummary* items,
                          size_t num_items, const MergeSummary& merge, double prune_above) {
   const int64_t num_slots = merge.slots, merged_queries = merge.queries;
@@ -299,9 +252,19 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     const double bytes =
         static_cast<double>(num_slots) * s.num_qo_heads * (s.head_dim * 4.0 + 4.0) +
         static_cast<double>(merged_queries) * s.num_qo_heads * s.head_dim * s.dtype_bytes;
+    // One merge CTA per query folds its slots serially (two dependent loads per slot), in
+    // ceil(qo_heads x head_dim / 8 / 128) passes of its 128 threads: the average merge list (the
+    // longest, as the critical path, with the latency terms) sets the chain when the slot
+    // latency outweighs the bytes.
+    const int64_t passes = (static_cast<int64_t>(s.num_qo_heads) * s.head_dim / 8 + 127) / 128;
+    const double list = dev.latency_terms ? static_cast<double>(merge.longest)
+                        : merged_queries > 0
+                            ? static_cast<double>(num_slots) / static_cast<double>(merged_queries)
+                            : 0.0;
+    const double chain = list * static_cast<double>(passes) * dev.merge_slot_us;
     fixed += (dev.latency_terms ? dev.merge_release_us + dev.merge_round_trips * dev.round_trip_us
                                 : dev.merge_launch_us) +
-             std::max(bytes / bw, merge_chain_us(dev, s, merge));
+             std::max(bytes / bw, chain);
   }
   // LPT makespan >= max(longest CTA, total CTA time / slots): skip the LPT when even that bound
   // cannot beat prune_above.

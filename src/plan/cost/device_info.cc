@@ -28,17 +28,6 @@ void set_h100_latency(DeviceInfo* d) {
   d->merge_round_trips = 4;     // merge list bounds -> slots -> LSEs -> partials
 }
 
-/// The merge kernel of chunks staged in shared memory (DeviceInfo::merge_model 1,
-/// docs/cost_model.md "The merge"), fitted by least squares to the differences between the merge
-/// variants on the same plans in bench/results/h100-2026-11-25-merge-bench.json (138 H100 lines
-/// with a merge: wide - deep and previous - deep, the previous kernel's slot term refitted
-/// alongside): rms 1.7 us against 10.4 us for no merge term; bootstrap sd 0.024 and 0.006.
-void set_h100_merge(DeviceInfo* d) {
-  d->merge_model = 1;
-  d->merge_step_us = 0.255;  // one slot of one thread: LSE weight and 8-element partial loads
-  d->merge_cta_us = 0.49;    // SM time per merge CTA: the many-CTA launches of short lists
-}
-
 /// The kernel-dependent terms fitted by tools/calibrate_cost_model.py to an all-planner H100 run
 /// (bench/results/h100-2026-11-23-allplanners.json; docs/cost_model.md has the fit and its error).
 /// Bandwidth and tensor-core rate stay the measured ceilings. Re-fit after kernel changes.
@@ -50,7 +39,7 @@ void set_h100_fit(DeviceInfo* d) {
   d->tile_latency_us = 1.434;        // per 64 KV tokens, kM16 deep / kM64 CTA
   d->tile_latency_m128_us = 3.069;   // per 64 KV tokens, kM128 CTA
   d->tile_latency_wide_us = 0.1065;  // per 32 KV tokens, wide kM16 CTA
-  d->merge_slot_us = 0.1637;         // merge model 0: per slot per 128-thread pass of a query's CTA
+  d->merge_slot_us = 0.1637;         // merge: per partial slot per 128-thread pass of a query's CTA
   d->mask_penalty = 1.289;           // masked kM64/kM128 CTA: x2.29 (whole-warpgroup MMAs)
   d->mask_penalty_m16 = 0.2094;      // masked kM16 CTA: x1.21
   d->cta_bw_factor = 1.992;          // a CTA's KV stream: ~2x its HBM share (L2 re-reads)
@@ -59,7 +48,6 @@ void set_h100_fit(DeviceInfo* d) {
   d->wide_m16_ctas_per_sm = 3;
   d->m128_ctas_per_sm = 1;  // cudaOccupancyMaxActiveBlocksPerMultiprocessor, every head_dim
   set_h100_latency(d);
-  set_h100_merge(d);
 }
 
 /// The hardware figures of each preset (achievable ceilings, see the file comment).
@@ -111,11 +99,6 @@ void validate_device(const DeviceInfo& d) {
   check_real(d.merge_release_us, false, "merge_release_us");
   check_count(d.prologue_round_trips, 0, "prologue_round_trips");
   check_count(d.merge_round_trips, 0, "merge_round_trips");
-  TA_CHECK_ARG(d.merge_model == 0 || d.merge_model == 1, "device.merge_model",
-               "must be 0 (the previous merge's serial walk) or 1 (the chunked merge), got ",
-               d.merge_model);
-  check_real(d.merge_step_us, false, "merge_step_us");
-  check_real(d.merge_cta_us, false, "merge_cta_us");
   TA_CHECK_ARG(std::isfinite(d.cta_bw_factor) && d.cta_bw_factor >= 1.0, "device.cta_bw_factor",
                "must be finite and >= 1, got ", d.cta_bw_factor);
 }
@@ -146,8 +129,6 @@ DeviceInfo device_preset(const std::string& name) {
       d.tile_latency_m128_us *= kClock;
       d.tile_latency_wide_us *= kClock;
       d.merge_slot_us *= kClock;
-      d.merge_step_us *= kClock;  // the same merge kernel (merge_model 1), not measured
-      d.merge_cta_us *= kClock;
       d.first_launch_us *= kClock;
       d.pdl_launch_us = d.first_launch_us;  // each kernel launched in full
       d.round_trip_us *= kClock;

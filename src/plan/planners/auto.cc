@@ -56,12 +56,14 @@ class AutoPlanner {
 
   ChainGroups group() const {
     // Keeping c apart gives each of its queries one more partial slot: its bytes in the merge
-    // pass, and one more step of the merge's chain (merge_slot_chain_us) averaged over the
-    // queries.
-    const double merge_read_us =
-        static_cast<double>(shape_.num_qo_heads) * (shape_.head_dim * 4.0 + 4.0) /
-            (opts_.device.hbm_read_GBps * 1e3) +
-        merge_slot_chain_us(opts_.device, shape_) / std::max<int64_t>(1, tree_.num_queries());
+    // pass, and one more step of the merge CTAs' serial chain averaged over the queries.
+    const int64_t passes =
+        (static_cast<int64_t>(shape_.num_qo_heads) * shape_.head_dim / 8 + 127) / 128;
+    const double merge_read_us = static_cast<double>(shape_.num_qo_heads) *
+                                     (shape_.head_dim * 4.0 + 4.0) /
+                                     (opts_.device.hbm_read_GBps * 1e3) +
+                                 static_cast<double>(passes) * opts_.device.merge_slot_us /
+                                     std::max<int64_t>(1, tree_.num_queries());
     return fold_chains(tree_, index_,
                        [&](int64_t rest, int64_t chain_u, int64_t s_c, int64_t len_c) {
                          const double keep = T(rest, chain_u) + T(s_c, len_c) + s_c * merge_read_us;

@@ -79,21 +79,6 @@ struct MergeSummary {
   }
 };
 
-/// The merge's time beyond its fixed terms when its bytes do not bound it (estimate_items_us
-/// takes the larger of the two), for the kernel DeviceInfo::merge_model names: 0, the longest
-/// list (the mean without DeviceInfo::latency_terms) x ceil(qo_heads x head_dim / 1024) passes x
-/// merge_slot_us; 1, that list's steps of one thread (ceil(slots / split) per chunk of
-/// tile::kMergeChunk, split 4 deep or 1 wide by tile::use_deep_merge) x merge_step_us, two round
-/// trips per chunk after the first, and merge CTAs (merged queries x qo-head blocks) x
-/// merge_cta_us / num_sms. 0 without partial slots.
-double merge_chain_us(const DeviceInfo& dev, const PlanShape& shape, const MergeSummary& merge);
-
-/// The merge time one more partial slot of a query adds, for auto's grouping rule (model 0: a
-/// slot of every pass; model 1: one step of each of the query's CTAs in the wide variant, the one
-/// most queries run; a quarter step, the deep variant's, chose worse groups on the FastTree, PAT
-/// and irregular sets).
-double merge_slot_chain_us(const DeviceInfo& dev, const PlanShape& shape);
-
 /// estimate_plan_us over item summaries and the plan's merge. When a lower bound of the result
 /// already exceeds `prune_above` (by a relative 1e-9), that bound is returned without the LPT
 /// (still > prune_above).

@@ -24,7 +24,7 @@ struct DeviceInfo {
   double tile_latency_us = 0.0;       ///< least time one kM16-deep/kM64 CTA spends per 64 KV tokens
   double tile_latency_m128_us = 0.0;  ///< same for a kM128 CTA
   double tile_latency_wide_us = 0.0;  ///< same per 32 KV tokens for a wide kM16 CTA
-  double merge_slot_us = 0.0;  ///< merge model 0: one partial slot folded by one pass of a CTA
+  double merge_slot_us = 0.0;  ///< merge: one partial slot folded by one pass of a query's CTA
   /// Resident CTAs per SM in plans run with wide kM16 (0: ctas_per_sm).
   int32_t wide_ctas_per_sm = 0;
   int32_t wide_m16_ctas_per_sm = 3;  ///< kernel rule: wide kM16 when kM16 CTAs > this x num_sms
@@ -62,15 +62,6 @@ struct DeviceInfo {
   int32_t prologue_round_trips = 4;
   double merge_release_us = 0.0;  ///< the last attention CTA's end to the merge's release
   int32_t merge_round_trips = 4;  ///< the merge's dependent loads after its release
-  /// Which merge kernel the model prices (docs/cost_model.md, "The merge"): 0 the previous one
-  /// (one CTA per query walking its slots serially: merge_slot_us per slot and 128-thread pass),
-  /// 1 the current one (chunks of tile::kMergeChunk slots staged in shared memory, deep or wide
-  /// variant by tile::use_deep_merge: merge_step_us per slot step of a thread, merge_cta_us of
-  /// SM time per merge CTA). The h100/h200/a100 presets use 1; 0 keeps the old term for an A/B
-  /// (`treeattn bench --cost-merge old`).
-  int32_t merge_model = 0;
-  double merge_step_us = 0.0;  ///< merge model 1: one slot folded by one thread of a pair
-  double merge_cta_us = 0.0;   ///< merge model 1: SM time per merge CTA (CTAs x this / SMs)
 };
 
 /// "a100", "h100", "h200" (case-insensitive); throws std::invalid_argument naming "device".
@@ -78,8 +69,7 @@ DeviceInfo device_preset(const std::string& name);
 
 /// Throws std::invalid_argument naming the field ("device.num_sms", ...) unless every count is
 /// >= 1 (wide_ctas_per_sm, wide_m16_ctas_per_sm >= 0), every rate finite and > 0, every
-/// overhead, latency and penalty finite and >= 0, and merge_model 0 or 1. make_plan() and
-/// plan_stats() call it.
+/// overhead, latency and penalty finite and >= 0. make_plan() and plan_stats() call it.
 void validate_device(const DeviceInfo& d);
 
 }  // namespace treeattn
