@@ -6,10 +6,10 @@
 #   2. runs every C++ GPU test (one process each) with memcheck/racecheck/synccheck on the small
 #      ones, and, at the same time, the Python GPU tests (tests/python -m gpu, test_docs.py)
 #   3. treeattn bench --planner auto on the FastTree and PAT sets and the named lines (nothing else
-#      on the GPU meanwhile)
+#      on the GPU meanwhile); BENCH_SETS and BENCH_VARIANTS (see the stage) for an A/B
 #   4. the engine's bench on W1 and W6 with the treeattn backend (32 layers, bf16, CUDA graphs)
-# Carry: build-devdeps. Files back: summary.txt (printed last), logs.txt, bench.json,
-# engine_bench.json.
+# Carry: build-devdeps. Files back: summary.txt (printed last), logs.txt, bench.json (and
+# bench_v<i>.json per extra variant), engine_bench.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/session_out}
 mkdir -p "$OUT"
@@ -54,22 +54,33 @@ grep -hE "gpu tests|memcheck|racecheck|synccheck|SKIPPED|Failure|FAILED" "$LOGS/
   | tee -a "$SUMMARY"
 note "tests: $(($(date +%s) - t0)) s"
 
-# ---- 3. bench (alone on the GPU)
+# ---- 3. bench (alone on the GPU), once per variant of BENCH_VARIANTS ('|'-separated extra flags,
+# e.g. "--cost-merge old|--cost-merge new"; default one run without extra flags) on the sets of
+# BENCH_SETS [fasttree pat] and the named lines; variant i's JSON is $OUT/bench.json (i = 0) or
+# $OUT/bench_v<i>.json
 t0=$(date +%s)
-for s in fasttree pat; do
-  timeout 120 ./build-final/treeattn bench --workloads $s --planner auto --json /tmp/bench_$s.json \
-    >>"$LOGS/bench.log" 2>&1
-  note "bench $s: rc=$? at $(($(date +%s) - t0)) s"
-done
-i=0
-for lv in "N=1,1024 C=32768,16 heads=32/8" "N=1,1024 C=2048,32 heads=32/8 page=32" \
-          "N=1,64 C=4096,64 heads=32/8" "N=256 C=4096 heads=32/8"; do
-  timeout 45 ./build-final/treeattn bench --levels "$lv" --planner auto --json /tmp/bench_named$i.json \
-    >>"$LOGS/bench.log" 2>&1
-  i=$((i + 1))
+IFS='|' read -ra variants <<<"${BENCH_VARIANTS:-}"
+((${#variants[@]} == 0)) && variants=("")
+for vi in "${!variants[@]}"; do
+  v=${variants[$vi]}
+  rm -f /tmp/bench_*.json
+  for s in ${BENCH_SETS:-fasttree pat}; do
+    timeout 120 ./build-final/treeattn bench --workloads $s --planner auto $v --json /tmp/bench_$s.json \
+      >>"$LOGS/bench.log" 2>&1
+    note "bench $s [$v]: rc=$? at $(($(date +%s) - t0)) s"
+  done
+  i=0
+  for lv in "N=1,1024 C=32768,16 heads=32/8" "N=1,1024 C=2048,32 heads=32/8 page=32" \
+            "N=1,64 C=4096,64 heads=32/8" "N=256 C=4096 heads=32/8"; do
+    timeout 45 ./build-final/treeattn bench --levels "$lv" --planner auto $v \
+      --json /tmp/bench_named$i.json >>"$LOGS/bench.log" 2>&1
+    i=$((i + 1))
+  done
+  out_json="$OUT/bench.json"
+  ((vi > 0)) && out_json="$OUT/bench_v$vi.json"
+  python3 bench/merge_bench_json.py "$out_json" /tmp/bench_*.json
 done
 note "bench: $(($(date +%s) - t0)) s; check failures: $(grep -c 'CHECK FAILED' "$LOGS/bench.log")"
-python3 bench/merge_bench_json.py "$OUT/bench.json" /tmp/bench_*.json
 
 # ---- 4. engine W1 and W6 on the serving core
 t0=$(date +%s)
