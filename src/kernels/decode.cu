@@ -241,6 +241,21 @@ PartialPrecision partial_precision() {
       setting_or_env(g_partial_precision, partial_precision_from_env));
 }
 
+namespace {
+/// TREEATTN_SHORT_M16=on|off, else on; any other value is refused naming the variable.
+int short_m16_from_env() {
+  const char* e = std::getenv("TREEATTN_SHORT_M16");
+  if (e == nullptr || *e == '\0' || std::strcmp(e, "on") == 0) return 1;
+  if (std::strcmp(e, "off") == 0) return 0;
+  throw std::invalid_argument(std::string("TREEATTN_SHORT_M16: must be on or off, got '") + e +
+                              "'");
+}
+std::atomic<int> g_short_m16{-1};  // -1: not read from the environment yet
+}  // namespace
+
+void set_short_m16(bool on) { g_short_m16.store(on ? 1 : 0); }
+bool short_m16() { return setting_or_env(g_short_m16, short_m16_from_env) != 0; }
+
 GroupedKernel grouped_kernel_for(const PlanLayout& layout, TileClass cls) {
   const int c = static_cast<int>(cls);
   if (c < 0 || c >= kNumTileClasses)

@@ -114,7 +114,11 @@ Status launch_plan_impl(const KernelParams& p, const PlanLayout& layout, cudaStr
   // from the planned count, not the capacity: the config (and so the bits) ignore the headroom
   const int64_t m16_ctas = layout.m16_items_planned * layout.shape.num_kv_heads;
   if (use_wide_m16(m16_ctas, device_sm_count())) {
-    one(std::integral_constant<int, 0>{});
+    if (short_m16() &&
+        tile::use_short_m16(layout.class_items_planned[0], layout.class_kv_tokens_planned[0]))
+      one(std::integral_constant<int, tile::kConfigShort>{});
+    else
+      one(std::integral_constant<int, 0>{});
   } else {
     one(std::integral_constant<int, 3>{});
   }

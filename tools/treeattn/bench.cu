@@ -19,7 +19,8 @@
 // every plan is checked and timed on each, back to back, and the JSON results carry
 // "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128 ran on).
 // `--partials fp32,half` does the same for the partial outputs' precision (set_partial_precision;
-// with both lists, every pair), and each result carries "partials".
+// with both lists, every pair), and each result carries "partials"; `--short-m16 off,on` likewise
+// for the 2-stage kM16 config (set_short_m16).
 // --kv-dtype fp8_e4m3|fp8_e5m2 (with --k-scale/--v-scale) runs an fp8 KV cache: the inputs are
 // filled as fp8(value / scale) with the scales in device memory (DeviceInputs sets DecodeArgs'
 // kv_dtype, k_scale and v_scale), the oracle sees the dequantized values, the plan and the floor
@@ -178,6 +179,7 @@ struct Result {
 struct KernelSetting {
   GroupedKernel kernel;
   PartialPrecision partials;
+  bool short_m16;
   std::string name;
 };
 
@@ -232,6 +234,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   for (const KernelSetting& ks : kernels) {
     set_grouped_kernel(ks.kernel);
     set_partial_precision(ks.partials);
+    set_short_m16(ks.short_m16);
     Result one;
     Result* res = &one;
     res->grouped_kernel = ks.name;
@@ -331,6 +334,9 @@ int bench_command(int argc, char** argv) {
                    "sm_90a code), auto (per class where ws pays off), a comma list of them, or "
                    "both (= legacy,ws); with several, every plan is timed on each in this "
                    "process; default: the library's"});
+  flags.push_back({"short-m16", true,
+                   "the 2-stage kM16 config for short items (set_short_m16): on, off or a comma "
+                   "list, timed on each like --grouped-kernel; default: the library's"});
   flags.push_back({"partials", true,
                    "precision of the partial outputs (set_partial_precision): fp32, half or a "
                    "comma list of them, timed on each like --grouped-kernel (with both lists, "
@@ -367,25 +373,39 @@ int bench_command(int argc, char** argv) {
           "'");
     }
   }
-  const std::string pa = a.str("partials", "");
+  // --partials and --short-m16: each a comma list of its two words (absent: the library's value)
+  const auto two_way = [&a](const char* flag, const char* no, const char* yes, bool dflt) {
+    const std::string list = a.str(flag, "");
+    std::vector<bool> v;
+    if (list.empty()) v = {dflt};
+    for (const std::string& word : comma_words(list)) {
+      if (word != no && word != yes)
+        throw std::invalid_argument(std::string("--") + flag + ": expected " + no + ", " + yes +
+                                    " or a comma list of them, got '" + list + "'");
+      v.push_back(word == yes);
+    }
+    return v;
+  };
   std::vector<PartialPrecision> partials;
-  if (pa.empty()) partials = {partial_precision()};
-  for (const std::string& word : comma_words(pa)) {
-    if (word != "fp32" && word != "half")
-      throw std::invalid_argument("--partials: expected fp32, half or a comma list of them, got '" +
-                                  pa + "'");
-    partials.push_back(word == "half" ? PartialPrecision::kHalf : PartialPrecision::kFloat32);
-  }
-  // every (grouped kernel, partials) pair; the name shows what varies
+  for (const bool half :
+       two_way("partials", "fp32", "half", partial_precision() == PartialPrecision::kHalf))
+    partials.push_back(half ? PartialPrecision::kHalf : PartialPrecision::kFloat32);
+  const std::vector<bool> shorts = two_way("short-m16", "off", "on", short_m16());
+  // every (grouped kernel, partials, short kM16) triple; the name shows what varies
   std::vector<KernelSetting> kernels;
   for (const GroupedKernel g : grouped)
-    for (const PartialPrecision pp : partials) {
-      std::string name = grouped.size() > 1 || partials.size() == 1 ? grouped_kernel_name(g) : "";
-      if (partials.size() > 1)
-        name += std::string(name.empty() ? "" : "+") +
-                (pp == PartialPrecision::kHalf ? "half" : "fp32");
-      kernels.push_back({g, pp, name});
-    }
+    for (const PartialPrecision pp : partials)
+      for (const bool sh : shorts) {
+        std::string name = grouped.size() > 1 || (partials.size() == 1 && shorts.size() == 1)
+                               ? grouped_kernel_name(g)
+                               : "";
+        const auto add = [&name](const std::string& part) {
+          name += (name.empty() ? "" : "+") + part;
+        };
+        if (partials.size() > 1) add(pp == PartialPrecision::kHalf ? "half" : "fp32");
+        if (shorts.size() > 1) add(sh ? "short" : "noshort");
+        kernels.push_back({g, pp, sh, name});
+      }
 
   int dev = 0;
   cudaDeviceProp prop{};

@@ -41,6 +41,8 @@ const char* config_name(int cfg) {
       return "kM16-wide";
     case tile::kConfigDeep:
       return "kM16-deep";
+    case tile::kConfigShort:
+      return "kM16-short";
     case 1:
       return "kM64";
     case 2:

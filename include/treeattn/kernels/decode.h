@@ -141,6 +141,12 @@ enum class PartialPrecision : int32_t { kFloat32 = 0, kHalf = 1 };
 /// std::invalid_argument.
 void set_partial_precision(PartialPrecision p);
 PartialPrecision partial_precision();
+/// Whether kM16 launches of short items run the 2-stage "short" config where the wide one would
+/// run (tile::use_short_m16 on the plan's counts; true) or always the wide one (false). Default:
+/// TREEATTN_SHORT_M16=on|off in the environment, else on. Read on the host at launch, so a
+/// captured CUDA graph keeps the kernel it was captured with; atomic, like set_grouped_kernel.
+void set_short_m16(bool on);
+bool short_m16();
 /// The kernel (kLegacy or kWarpSpecialized, never kAuto) that run_decode launches tile class `cls`
 /// of `layout` on, on the current device under the current set_grouped_kernel(): kM16 and
 /// head_dim 256 and fp8 KV caches (layout.shape.kv_dtype_bytes 1) always kLegacy. Host-only.

@@ -3,8 +3,8 @@
 // runs and the kernel that is modelled cannot drift apart. The SM count and the resident CTAs per
 // SM are arguments (the launch code asks the CUDA occupancy API; the cost model uses DeviceInfo).
 //
-// Kernel configs: 0 = kM16 "wide", 1 = kM64, 2 = kM128, 3 = kM16 "deep"; configs 0 and 3 both run
-// plan tile class kM16 (plan_class()).
+// Kernel configs: 0 = kM16 "wide", 1 = kM64, 2 = kM128, 3 = kM16 "deep", 4 = kM16 "short";
+// configs 0, 3 and 4 run plan tile class kM16 (plan_class()).
 //  * kM16 items are decode-shaped (one query's heads, or a few queries). Two variants, chosen per
 //    launch on the host from the plan's kM16 items x kv heads (PlanLayout::m16_items_planned;
 //    graph-safe, no device reads):
@@ -12,6 +12,10 @@
 //      16 tokens, merged in shared memory). For plans with thousands of short items.
 //    - deep (config 3): 64-token tiles split over 4 warps: 2 x 32 KB in flight per CTA.
 //      For plans with few, long items, where the bytes in flight per CTA set the speed.
+//    - short (config 4): the wide config on 2 stages instead of 3, where the wide one would run
+//      and the kM16 items hold at most kShortM16Tokens KV tokens on average (leaves of one or two
+//      tiles, which never fill a third stage): a third less shared memory a CTA, so more CTAs
+//      and more bytes in flight per SM (use_short_m16(), set_short_m16()).
 //    Both walk several KV heads of one item per CTA (the head loop, heads_per_cta()), one after
 //    the other: the item's metadata chain (item -> rows -> ranges) is paid once per CTA
 //    and the page ids are cached; each head runs its own pipeline and epilogue.
@@ -37,20 +41,23 @@
 
 namespace treeattn::tile {
 
-inline constexpr int kNumKernelConfigs = 4;
+inline constexpr int kNumKernelConfigs = 5;
 inline constexpr int kConfigWide = 0;
 inline constexpr int kConfigDeep = 3;
+inline constexpr int kConfigShort = 4;
 
 /// Plan tile class (0 kM16, 1 kM64, 2 kM128) a kernel config runs.
-constexpr int plan_class(int cfg) { return cfg == kConfigDeep ? 0 : cfg; }
+constexpr int plan_class(int cfg) { return cfg == kConfigDeep || cfg == kConfigShort ? 0 : cfg; }
+/// The configs with the wide config's tiles and warps (wide, and short with fewer stages).
+constexpr bool wide_tiles(int cfg) { return cfg == kConfigWide || cfg == kConfigShort; }
 /// KV tokens per pipeline stage.
 constexpr int kv_tile(int cfg, int head_dim) {
-  return cfg == kConfigWide || head_dim == 256 ? 32 : 64;
+  return wide_tiles(cfg) || head_dim == 256 ? 32 : 64;
 }
 /// Warps along the packed rows (16 rows each) and along the tokens of a tile.
 constexpr int warps_m(int cfg) { return cfg == 1 ? 4 : cfg == 2 ? 8 : 1; }
 constexpr int warps_n(int cfg, int head_dim) {
-  return cfg == kConfigWide   ? 2
+  return wide_tiles(cfg)      ? 2
          : cfg == kConfigDeep ? (kv_tile(cfg, head_dim) / 16 >= 4 ? 4 : kv_tile(cfg, head_dim) / 16)
                               : 1;
 }
@@ -58,7 +65,8 @@ constexpr int warps_n(int cfg, int head_dim) {
 constexpr int warp_tokens(int cfg, int head_dim) {
   return kv_tile(cfg, head_dim) / warps_n(cfg, head_dim);
 }
-constexpr int num_stages(int /*cfg*/) { return 3; }
+/// Pipeline stages (a 16-bit KV cache; an fp8 one: the kernel's own count, 2 for short).
+constexpr int num_stages(int cfg) { return cfg == kConfigShort ? 2 : 3; }
 
 /// kM64/kM128 up to head_dim 128 keep K, V and Q in wgmma's column-block layout, and run wgmma
 /// where the target has it (sm_90a).
@@ -90,6 +98,15 @@ constexpr bool head_loop(int cfg) { return plan_class(cfg) == 0; }
 inline constexpr int kWideM16CtasPerSm = 3;
 inline bool use_wide_m16(int64_t m16_ctas, int num_sms, int threshold = kWideM16CtasPerSm) {
   return m16_ctas > static_cast<int64_t>(threshold) * num_sms;
+}
+
+/// The short kM16 config (2 stages) instead of the wide one when the kM16 items hold at most this
+/// many KV tokens on average (two wide tiles).
+inline constexpr int64_t kShortM16Tokens = 64;
+/// Short kM16 where the wide config would run: from the plan's kM16 items and their KV tokens
+/// (PlanLayout::class_items_planned[0], class_kv_tokens_planned[0]; graph-safe).
+inline bool use_short_m16(int64_t m16_items, int64_t m16_kv_tokens) {
+  return m16_items > 0 && m16_kv_tokens <= kShortM16Tokens * m16_items;
 }
 
 /// Waves of resident CTAs the head loop keeps: fewer, longer CTAs amortize the metadata chain,
