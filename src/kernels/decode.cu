@@ -13,9 +13,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "decode_params.h"
 #include "sm90/ptx_sm90.cuh"
@@ -183,6 +185,21 @@ int setting_or_env(std::atomic<int>& setting, int (*from_env)()) {
   }
   return v;
 }
+/// The value of environment variable `var` among `words` (unset or empty: `unset`); any other
+/// value is refused with an error naming the variable and the words.
+int env_choice(const char* var, std::initializer_list<std::pair<const char*, int>> words,
+               int unset) {
+  const char* e = std::getenv(var);
+  if (e == nullptr || *e == '\0') return unset;
+  std::string list;
+  size_t i = 0;
+  for (const auto& [word, value] : words) {
+    if (std::strcmp(e, word) == 0) return value;
+    list += std::string(i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + word;
+    ++i;
+  }
+  throw std::invalid_argument(std::string(var) + ": must be " + list + ", got '" + e + "'");
+}
 }  // namespace
 
 namespace {
@@ -190,13 +207,11 @@ namespace {
 /// that load treeattn without calling set_grouped_kernel), else kAuto; any other value is
 /// refused with an error naming the variable at the first launch that reads it.
 int grouped_kernel_from_env() {
-  const char* e = std::getenv("TREEATTN_GROUPED_KERNEL");
-  if (e == nullptr || *e == '\0' || std::strcmp(e, "auto") == 0)
-    return static_cast<int>(GroupedKernel::kAuto);
-  if (std::strcmp(e, "legacy") == 0) return static_cast<int>(GroupedKernel::kLegacy);
-  if (std::strcmp(e, "ws") == 0) return static_cast<int>(GroupedKernel::kWarpSpecialized);
-  throw std::invalid_argument(
-      std::string("TREEATTN_GROUPED_KERNEL: must be legacy, ws or auto, got '") + e + "'");
+  return env_choice("TREEATTN_GROUPED_KERNEL",
+                    {{"legacy", static_cast<int>(GroupedKernel::kLegacy)},
+                     {"ws", static_cast<int>(GroupedKernel::kWarpSpecialized)},
+                     {"auto", static_cast<int>(GroupedKernel::kAuto)}},
+                    static_cast<int>(GroupedKernel::kAuto));
 }
 std::atomic<int> g_grouped_kernel{-1};  // -1: not read from the environment yet
 }  // namespace
@@ -219,12 +234,10 @@ bool grouped_kernel_supported(GroupedKernel k) {
 namespace {
 /// TREEATTN_PARTIALS=fp32|half, else kHalf; any other value is refused naming the variable.
 int partial_precision_from_env() {
-  const char* e = std::getenv("TREEATTN_PARTIALS");
-  if (e == nullptr || *e == '\0' || std::strcmp(e, "half") == 0)
-    return static_cast<int>(PartialPrecision::kHalf);
-  if (std::strcmp(e, "fp32") == 0) return static_cast<int>(PartialPrecision::kFloat32);
-  throw std::invalid_argument(std::string("TREEATTN_PARTIALS: must be fp32 or half, got '") + e +
-                              "'");
+  return env_choice("TREEATTN_PARTIALS",
+                    {{"fp32", static_cast<int>(PartialPrecision::kFloat32)},
+                     {"half", static_cast<int>(PartialPrecision::kHalf)}},
+                    static_cast<int>(PartialPrecision::kHalf));
 }
 std::atomic<int> g_partial_precision{-1};  // -1: not read from the environment yet
 }  // namespace
@@ -243,13 +256,7 @@ PartialPrecision partial_precision() {
 
 namespace {
 /// TREEATTN_SHORT_M16=on|off, else on; any other value is refused naming the variable.
-int short_m16_from_env() {
-  const char* e = std::getenv("TREEATTN_SHORT_M16");
-  if (e == nullptr || *e == '\0' || std::strcmp(e, "on") == 0) return 1;
-  if (std::strcmp(e, "off") == 0) return 0;
-  throw std::invalid_argument(std::string("TREEATTN_SHORT_M16: must be on or off, got '") + e +
-                              "'");
-}
+int short_m16_from_env() { return env_choice("TREEATTN_SHORT_M16", {{"on", 1}, {"off", 0}}, 1); }
 std::atomic<int> g_short_m16{-1};  // -1: not read from the environment yet
 }  // namespace
 
