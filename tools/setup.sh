@@ -35,7 +35,7 @@ if [ ! -x .venv/bin/python ]; then
   step "creating the Python venv .venv"
   python3 -m venv .venv
 fi
-PIP=(.venv/bin/python -m pip --disable-pip-version-check)
+PIP=(.venv/bin/python -m pip --disable-pip-version-check --no-cache-dir)
 if [ $relock = 1 ]; then
   step "relock: installing the newest versions tools/requirements-dev.txt allows"
   "${PIP[@]}" install -q --upgrade pip

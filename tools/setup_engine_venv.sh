@@ -4,6 +4,10 @@
 # transitive version pinned by tools/constraints-ENGINE.txt, pytest and the build tools, and
 # treeattn built CPU-only into it. Idempotent: a venv that already has the pinned engine is kept,
 # and treeattn is rebuilt only when its sources changed.
+# Disk: an install takes about ENGINE_VENV_NEED_GB (default 16: the venv plus the wheels pip
+# downloads first); pip's wheel cache is not kept. When the disk holds less, the venvs named in
+# ENGINE_VENV_EVICT (space-separated; tools/test.sh names the other engine's) are removed first:
+# they are caches that their own setup script recreates.
 #   bash tools/setup_engine_venv.sh ENGINE VERSION VENV [--relock]
 #     --relock  install the newest versions ENGINE==VERSION allows and rewrite the constraints
 #               file (its leading '#' lines are kept)
@@ -20,7 +24,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   step "creating $VENV"
   python3 -m venv "$VENV"
 fi
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check --no-cache-dir)
 have=$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('$ENGINE'))" \
   2>/dev/null || true)
 if [ $relock = 1 ]; then
@@ -32,6 +36,16 @@ if [ $relock = 1 ]; then
   } >"$CONSTRAINTS.new"
   mv "$CONSTRAINTS.new" "$CONSTRAINTS"
 elif [ "$have" != "$VERSION" ]; then
+  need_gb=${ENGINE_VENV_NEED_GB:-16}
+  free_gb() { df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }'; }
+  for other in ${ENGINE_VENV_EVICT:-}; do
+    if [ "$(free_gb)" -lt "$need_gb" ] && [ -d "$other" ] && [ "$other" != "$VENV" ]; then
+      step "$(free_gb) GB free, the install needs about $need_gb GB: removing $other (its setup script recreates it)"
+      rm -rf "$other"
+    fi
+  done
+  [ "$(free_gb)" -ge "$need_gb" ] ||
+    step "warning: $(free_gb) GB free, the install needs about $need_gb GB"
   step "installing $ENGINE==$VERSION and its locked dependencies"
   "${PIP[@]}" install -q "$(grep '^pip==' "$CONSTRAINTS")"
   "${PIP[@]}" install -q "$ENGINE==$VERSION" pytest nanobind scikit-build-core -c "$CONSTRAINTS"

@@ -14,7 +14,8 @@
 #      Then the SGLang contract tests: tools/setup_sglang.sh (.venv-sglang, sglang==0.5.23, kept
 #      between runs; ~11 min and ~11 GB the first time on 2 cores, ~2 min to rebuild treeattn into
 #      it, seconds when nothing changed) and test_sglang_contract.py (~30 s). SKIP_SGLANG=1 skips
-#      them.
+#      them. Each engine step may remove the other engine's venv when the disk is short of the
+#      ~16 GB an install takes (tools/setup_engine_venv.sh, ENGINE_VENV_EVICT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -88,12 +89,12 @@ fi
 
 echo "== [6/6] vLLM contract tests"
 if [ "${SKIP_VLLM:-0}" != 1 ]; then
-  bash tools/setup_vllm.sh
+  ENGINE_VENV_EVICT=.venv-sglang bash tools/setup_vllm.sh
   .venv-vllm/bin/python -m pytest tests/integrations/test_vllm_contract.py -q -p no:cacheprovider
 fi
 echo "== [6/6] SGLang contract tests"
 if [ "${SKIP_SGLANG:-0}" != 1 ]; then
-  bash tools/setup_sglang.sh
+  ENGINE_VENV_EVICT=.venv-vllm bash tools/setup_sglang.sh
   .venv-sglang/bin/python -m pytest tests/integrations/test_sglang_contract.py -q \
     -p no:cacheprovider
 fi
