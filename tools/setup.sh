@@ -49,6 +49,6 @@ if [ $relock = 1 ]; then
 else
   step "installing the locked Python packages (torch is the largest, ~1 GB download on first run)"
   "${PIP[@]}" install -q "$(grep '^pip==' tools/constraints.txt)"
-  "${PIP[@]}" install -q -r tools/requirements-dev.txt -c tools/constraints.txt
+  "${PIP[@]}" install -q --no-compile -r tools/requirements-dev.txt -c tools/constraints.txt
 fi
 step "ok (nvcc: $(command -v nvcc || echo 'not found, CPU-only build'))"

@@ -5,7 +5,8 @@
 # treeattn built CPU-only into it. Idempotent: a venv that already has the pinned engine is kept,
 # and treeattn is rebuilt only when its sources changed.
 # Disk: an install takes about ENGINE_VENV_NEED_GB (default 16: the venv plus the wheels pip
-# downloads first); pip's wheel cache is not kept. When the disk holds less, the venvs named in
+# downloads first); pip keeps no wheel cache and compiles no bytecode up front (Python writes it
+# for the modules a test imports). When the disk holds less, the venvs named in
 # ENGINE_VENV_EVICT (space-separated; tools/test.sh names the other engine's) are removed first:
 # they are caches that their own setup script recreates.
 #   bash tools/setup_engine_venv.sh ENGINE VERSION VENV [--relock]
@@ -48,7 +49,7 @@ elif [ "$have" != "$VERSION" ]; then
     step "warning: $(free_gb) GB free, the install needs about $need_gb GB"
   step "installing $ENGINE==$VERSION and its locked dependencies"
   "${PIP[@]}" install -q "$(grep '^pip==' "$CONSTRAINTS")"
-  "${PIP[@]}" install -q "$ENGINE==$VERSION" pytest nanobind scikit-build-core -c "$CONSTRAINTS"
+  "${PIP[@]}" install -q --no-compile "$ENGINE==$VERSION" pytest nanobind scikit-build-core -c "$CONSTRAINTS"
 else
   step "$ENGINE==$VERSION present"
 fi
