@@ -100,11 +100,11 @@ struct AttnConfig {
   static constexpr int BNW = warp_tokens(kClass, HD);  ///< tokens per warp per tile
   static constexpr int THREADS = 32 * WM * WN;
   static constexpr bool KV8 = is_fp8(kKv);  ///< fp8 cache: one-byte stages + one dtype tile
-  // fp8 at head_dim 256 keeps 4 stages at most (its Q tile stays in shared memory)
-  static constexpr int STAGES = !KV8                           ? num_stages(kClass)
-                                : kClass == tile::kConfigShort ? 2
-                                : HD <= 128 || kFp8Stages < 4  ? kFp8Stages
-                                                               : 4;
+  // fp8 (but the short config) at kFp8Stages, at head_dim 256 at most 4 (its Q tile stays in
+  // shared memory)
+  static constexpr int STAGES = !KV8 || kClass == tile::kConfigShort ? num_stages(kClass)
+                                : HD <= 128 || kFp8Stages < 4        ? kFp8Stages
+                                                                     : 4;
   static_assert(STAGES >= 2, "pipeline");
   static constexpr bool Q_IN_REGS = HD <= 128;  ///< hd256 re-reads Q from shared memory
   static_assert(BNW % 16 == 0, "each warp needs whole k16 steps of P V");

@@ -174,8 +174,8 @@ struct Result {
   std::string partials = "half";    ///< partial output precision (--partials)
 };
 
-/// One setting to time each plan on: set_grouped_kernel and set_partial_precision, named as in
-/// the results.
+/// One setting to time each plan on: set_grouped_kernel, set_partial_precision and set_short_m16,
+/// named as in the results.
 struct KernelSetting {
   GroupedKernel kernel;
   PartialPrecision partials;
@@ -187,6 +187,9 @@ const char* grouped_kernel_name(GroupedKernel k) {
   return k == GroupedKernel::kWarpSpecialized ? "ws"
          : k == GroupedKernel::kAuto          ? "auto"
                                               : "legacy";
+}
+const char* partials_name(PartialPrecision p) {
+  return p == PartialPrecision::kHalf ? "half" : "fp32";
 }
 
 struct Timer {
@@ -238,7 +241,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
     Result one;
     Result* res = &one;
     res->grouped_kernel = ks.name;
-    res->partials = ks.partials == PartialPrecision::kHalf ? "half" : "fp32";
+    res->partials = partials_name(ks.partials);
     res->grouped_run.clear();
     for (TileClass cls : {TileClass::kM64, TileClass::kM128}) {
       const bool any = dp.layout().class_items_planned[static_cast<int>(cls)] > 0;
@@ -402,7 +405,7 @@ int bench_command(int argc, char** argv) {
         const auto add = [&name](const std::string& part) {
           name += (name.empty() ? "" : "+") + part;
         };
-        if (partials.size() > 1) add(pp == PartialPrecision::kHalf ? "half" : "fp32");
+        if (partials.size() > 1) add(partials_name(pp));
         if (shorts.size() > 1) add(sh ? "short" : "noshort");
         kernels.push_back({g, pp, sh, name});
       }
