@@ -3,7 +3,8 @@
 #   1. builds: the CLI + GPU tests and the Python package, at once
 #   2. every C++ GPU test with the sanitizers on the small ones, and the Python GPU tests
 #   3. treeattn bench --planner auto, fp16 KV then fp8 e4m3, on the no-sharing lines, two
-#      shared-prefix lines and the PAT set
+#      shared-prefix lines and the PAT set (FP8_BENCH_ARGS: extra flags of the fp8 runs, e.g.
+#      --grouped-kernel legacy,auto for an A/B in one process)
 #   4. bench/device_fp8.sh: the fp8 peer table (treeattn fp16 / fp8 beside FlashInfer's fp8
 #      decode) and the engine (W1 bf16 vs fp8 KV, drift, the engine's fp8 GPU tests)
 #   5. ncu of the fp8 kernel on N=256 C=4096 heads=32/8 (memory throughput, stalls, occupancy)
@@ -53,20 +54,20 @@ note "tests: $(($(date +%s) - t0)) s"
 t0=$(date +%s)
 LINES=("N=256 C=4096 heads=32/8" "N=512 C=1024 heads=32/8" "N=1,1024 C=2048,32 heads=32/8"
        "N=1,64 C=4096,64 heads=32/8")
-run_set() {  # run_set <tag> <cli> <kv>
+run_set() {  # run_set <tag> <cli> <kv> [extra bench flags]
   local i=0
   for lv in "${LINES[@]}"; do
-    timeout 60 "$2" bench --levels "$lv" --planner auto --kv-dtype "$3" \
+    timeout 60 "$2" bench --levels "$lv" --planner auto --kv-dtype "$3" ${4:-} \
       --json /tmp/ab_$1_named$i.json >>"$LOGS/bench_$1.log" 2>&1
     i=$((i + 1))
   done
-  timeout 120 "$2" bench --workloads pat --planner auto --kv-dtype "$3" \
+  timeout 180 "$2" bench --workloads pat --planner auto --kv-dtype "$3" ${4:-} \
     --json /tmp/ab_$1_pat.json >>"$LOGS/bench_$1.log" 2>&1
   python3 bench/merge_bench_json.py "$R/bench_$1.json" /tmp/ab_$1_*.json
   note "bench $1: $(($(date +%s) - t0)) s; check failures $(grep -c 'CHECK FAILED' "$LOGS/bench_$1.log")"
 }
 run_set fp16 ./build-final/treeattn same
-run_set fp8 ./build-final/treeattn fp8_e4m3
+run_set fp8 ./build-final/treeattn fp8_e4m3 "${FP8_BENCH_ARGS:-}"
 
 # ---- 4. peers and engine
 left=$((480 - ($(date +%s) - T0)))

@@ -9,7 +9,8 @@
 # Lines: the compute-bound `N=1,1024 C=32768,16 32/8` (ws kM64) and `N=1,8,512 C=512,512,256 32/8
 # page=32` (ws kM128), both with --grouped-kernel ws; and the legacy kernel on the first line for
 # contrast. Each ncu run is killed after NCU_S [100] s; the whole call stays under DEADLINE [540].
-# Files back: summary.txt, stalls.txt (the reports), ncu_logs.txt.
+# Files back: summary.txt, stalls.txt (the reports), ncu_logs.txt, NAME.sass.csv.gz (the
+# per-instruction tables, for ws_stall_report.py here).
 #   OUT=... bash bench/ab/ws_stall_sources.sh     (repository root, on the device)
 set -u
 OUT=${OUT:-/tmp/stall_out}
@@ -32,18 +33,19 @@ run() {  # name, kernel regex (mangled), grouped kernel, levels
   timeout -s KILL "$to" ncu --kernel-name-base mangled -k "regex:$2" -c 1 \
     --section SourceCounters --section WarpStateStats --section SpeedOfLight \
     --import-source no -f -o "$W/$1" ./build-final/treeattn bench --levels "$4" --planner auto \
-    --grouped-kernel "$3" --runs 5 >"$W/$1.log" 2>&1
+    --grouped-kernel "$3" --runs 50 >"$W/$1.log" 2>&1
   echo "ncu $1: rc=$? in $(($(date +%s) - T0)) s" | tee -a "$S"
   { echo "===== $1"; tail -n 30 "$W/$1.log"; } >>"$OUT/ncu_logs.txt"
   [[ -f "$W/$1.ncu-rep" ]] || return
   ncu -i "$W/$1.ncu-rep" --page source --csv --print-source sass >"$W/$1.csv" 2>>"$OUT/ncu_logs.txt"
   ncu -i "$W/$1.ncu-rep" --page details >"$W/$1.details" 2>>"$OUT/ncu_logs.txt"
+  gzip -c "$W/$1.csv" >"$OUT/$1.sass.csv.gz"
   { echo "===== $1 ($3, $4)"
     grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issued Warp|Warp Cycles Per Issued" \
       "$W/$1.details" | head -8
     python3 bench/ab/ws_stall_report.py "$W/$1.csv"; } >>"$OUT/stalls.txt" 2>&1
 }
-run ws_m64 'decode_ws_kernel.*Li1EE' ws "N=1,1024 C=32768,16 heads=32/8"
-run ws_m128 'decode_ws_kernel.*Li2EE' ws "N=1,8,512 C=512,512,256 heads=32/8 page=32"
+run ws_m64 'decode_ws_kernel.*Li1EL' ws "N=1,1024 C=32768,16 heads=32/8"
+run ws_m128 'decode_ws_kernel.*Li2EL' ws "N=1,8,512 C=512,512,256 heads=32/8 page=32"
 run legacy_m64 'decode_attention_kernel.*Li1EL' legacy "N=1,1024 C=32768,16 heads=32/8"
 tail -n 60 "$OUT/stalls.txt"

@@ -270,7 +270,7 @@ GroupedKernel grouped_kernel_for(const PlanLayout& layout, TileClass cls) {
                                 std::to_string(c));
   const GroupedKernel k = grouped_kernel();
   if (c == 0 || k == GroupedKernel::kLegacy || !tile::block_layout(c, layout.shape.head_dim) ||
-      layout.shape.kv_dtype_bytes != 2 || !cuda_detail::ws_kernels_available())
+      !cuda_detail::ws_kernels_available())
     return GroupedKernel::kLegacy;
   if (k == GroupedKernel::kWarpSpecialized) return k;
   return tile::ws_pays_off(c, layout.class_items_planned[c], layout.class_kv_tokens_planned[c],

@@ -13,10 +13,13 @@
 //                            (kM64/kM128 up to HD 128: HD / 64 column blocks, AttnConfig::swz)
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
 // An fp8 KV cache (kKv e4m3 / e5m2) lands by cp.async in one-byte stages s8K, s8V [STAGES][BN][HD]
-// (16-byte copies, rows unswizzled); at each tile the stage is converted into a single dtype tile
-// sK, sV in the layout above (exact: kernel_common.cuh), by each warp for its own token slice in
-// the kM16 configs, else by the CTA, and the MMAs read that. The K scale is folded into the logit
-// scale, the V scale into the epilogue's normalization.
+// (16-byte copies); at each tile the stage is converted into a single dtype tile sK, sV in the
+// layout above (exact: kernel_common.cuh), by each warp for its own token slice in the kM16
+// configs, else by the CTA, and the MMAs read that. Under AttnConfig::KREG (the kM16 configs with
+// Q in registers) K skips that tile: Q K^T takes its B fragments from the fp8 stage itself
+// (ldmatrix of byte pairs; the stage's K rows swizzled per 16-byte chunk, k8_swz) and converts
+// them before each mma, with Q's fragments loaded in the matching k order; only V is converted.
+// The K scale is folded into the logit scale, the V scale into the epilogue's normalization.
 // Warp (wm, wn) owns packed rows [16 wm, 16 wm + 16) and tokens [wn BN/WN, (wn+1) BN/WN) of each
 // KV tile; S = Q K^T and O += P V run on mma.sync m16n8k16 (fp32 accumulate), or per warpgroup
 // of 64 rows on wgmma (sm_90a, kM64/kM128 up to HD 128, sm90/wgmma.cuh), online softmax in the exp2
@@ -84,6 +87,10 @@ __device__ __forceinline__ void timeline_end(const KernelParams& p, Rec rec) {
 #define TREEATTN_FP8_STAGES 4
 #endif
 constexpr int kFp8Stages = TREEATTN_FP8_STAGES;
+/// fp8 kM16: K converted in registers (1) or through the dtype tile like V (0), for the A/B.
+#ifndef TREEATTN_FP8_KREG
+#define TREEATTN_FP8_KREG 1
+#endif
 
 template <DType kDType, int kHeadDim, int kClass, KvDType kKv = KvDType::kSame>
 struct AttnConfig {
@@ -107,6 +114,9 @@ struct AttnConfig {
                                                                      : 4;
   static_assert(STAGES >= 2, "pipeline");
   static constexpr bool Q_IN_REGS = HD <= 128;  ///< hd256 re-reads Q from shared memory
+  /// fp8, one warp along the rows, Q in registers, 16 tokens a warp: Q K^T reads K from the fp8
+  /// stage and converts it in registers (see the file comment); only V has a dtype tile.
+  static constexpr bool KREG = TREEATTN_FP8_KREG && KV8 && WM == 1 && Q_IN_REGS && BNW == 16;
   static_assert(BNW % 16 == 0, "each warp needs whole k16 steps of P V");
   static_assert(THREADS % CPT == 0, "loader rows");
   static constexpr int ROWS_PER_PASS = THREADS / CPT;  ///< rows one loader pass covers
@@ -116,13 +126,14 @@ struct AttnConfig {
   static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
   static constexpr int TILE8_BYTES = BN * HD;  ///< one of K or V, one fp8 stage
   static constexpr int STAGE8_BYTES = 2 * TILE8_BYTES;
-  /// dtype stages (fp8: the one converted tile at offset 0), then the fp8 stages at KV8_OFF
-  static constexpr int KV8_OFF = KV8 ? STAGE_BYTES : 0;
+  /// dtype stages (fp8: the converted tile(s) at offset 0: V only under KREG, else K and V), then
+  /// the fp8 stages at KV8_OFF
+  static constexpr int KV8_OFF = !KV8 ? 0 : KREG ? TILE_BYTES : STAGE_BYTES;
   static constexpr int KV_BYTES = KV8 ? KV8_OFF + STAGES * STAGE8_BYTES : STAGES * STAGE_BYTES;
   static constexpr int Q_BYTES = ROWS * HD * 2;
   // Q in registers: sQ aliases the last stage (first overwritten after Q reached registers), or
-  // for fp8 the converted tile (first written after Q reached registers).
-  static_assert(!Q_IN_REGS || Q_BYTES <= STAGE_BYTES, "sQ alias");
+  // for fp8 the converted tile (under KREG the V tile; first written after Q reached registers).
+  static_assert(!Q_IN_REGS || Q_BYTES <= (KREG ? TILE_BYTES : STAGE_BYTES), "sQ alias");
   static constexpr int Q_OFF = !Q_IN_REGS ? KV_BYTES : KV8 ? 0 : (STAGES - 1) * STAGE_BYTES;
   static constexpr int MASK_OFF = Q_IN_REGS ? KV_BYTES : KV_BYTES + Q_BYTES;
   static constexpr int MAIN_BYTES = MASK_OFF + STAGES * BN * 8;
@@ -148,6 +159,14 @@ struct AttnConfig {
       return static_cast<uint32_t>(r * HD * 2 + ((c ^ (r & 7)) << 4));
   }
   static_assert(SMEM_BYTES <= 163 * 1024, "must fit an A100 (164 KB per SM)");
+  /// Byte offset of 16-byte chunk `c` (16 fp8 elements) of row `r` in a KREG fp8 K stage: rows of
+  /// HD bytes, the chunk XORed so that ldmatrix's 8 rows at one chunk hit 8 different bank
+  /// groups (HD 128: 8 chunks a row, by r & 7; HD 64: two rows a 128-byte line, by (r >> 1) & 3).
+  static __device__ __forceinline__ uint32_t k8_swz(int r, int c) {
+    static_assert(!KREG || HD == 64 || HD == 128, "k8_swz: head_dim");
+    const int x = HD == 128 ? (r & 7) : ((r >> 1) & 3);
+    return static_cast<uint32_t>(r * HD + ((c ^ x) << 4));
+  }
 };
 
 // ---- attention kernel
@@ -244,8 +263,8 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
       for (int k = 0; k < PASSES; ++k) {
         const long long off = __shfl_sync(0xffffffffu, row_off, k * RPW + lane / LCPT);
         const int j = k * LRPP + tid / LCPT;
-        if constexpr (C::KV8) {  // rows of HD bytes, unswizzled
-          cp_async16(sK + j * HD + 16 * lc, gk + off);
+        if constexpr (C::KV8) {  // rows of HD bytes (K swizzled under KREG)
+          cp_async16(sK + (C::KREG ? C::k8_swz(j, lc) : j * HD + 16 * lc), gk + off);
           cp_async16(sV + j * HD + 16 * lc, gv + off);
         } else {
           cp_async16(sK + C::template swz<BN>(j, lc), gk + off);
@@ -300,17 +319,33 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
           if (mma_active) {
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
-              const int mi = lane >> 3;
-              ldmatrix_x4(q_frag[ks],
-                          sQ + C::template swz<C::ROWS>(16 * wm + (lane & 7) + (mi & 1) * 8,
-                                                        2 * ks + (mi >> 1)));
+              if constexpr (C::KREG) {
+                // the k order of the fp8 K fragments (KREG): a thread's logical k pairs
+                // (2 t4, 2 t4 + 1) and (2 t4 + 8, 2 t4 + 9) of step ks are the head dims
+                // 16 ks + 4 t4 + {0, 1} and + {2, 3}: one 8-byte load per row
+                const uint32_t off = 8 * (t4 & 1);
+                const uint2 r0 = ld_shared_u2(
+                    sQ + C::template swz<C::ROWS>(16 * wm + g, 2 * ks + (t4 >> 1)) + off);
+                const uint2 r1 = ld_shared_u2(
+                    sQ + C::template swz<C::ROWS>(16 * wm + g + 8, 2 * ks + (t4 >> 1)) + off);
+                q_frag[ks][0] = r0.x;
+                q_frag[ks][1] = r1.x;
+                q_frag[ks][2] = r0.y;
+                q_frag[ks][3] = r1.y;
+              } else {
+                const int mi = lane >> 3;
+                ldmatrix_x4(q_frag[ks],
+                            sQ + C::template swz<C::ROWS>(16 * wm + (lane & 7) + (mi & 1) * 8,
+                                                          2 * ks + (mi >> 1)));
+              }
             }
           }
           __syncthreads();  // sQ aliases the stage the next prefetch overwrites
         }
       }
       {
-        // the stage this overwrites was converted (fp8) or read (dtype) before the barrier above
+        // the stage this overwrites was converted (fp8; under KREG its K read by the MMAs) or read
+        // (dtype) before the barrier above
         const int next = tile + C::STAGES - 1;
         if (next < num_tiles) load_tile(next, next % C::STAGES);
         cp_async_commit();
@@ -330,12 +365,12 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
         static_assert(UNITS % STEP == 0, "whole conversion passes");
         const uint32_t s8 = s_base + C::KV8_OFF + stage * C::STAGE8_BYTES;
 #pragma unroll
-        for (int kv = 0; kv < 2; ++kv) {
+        for (int kv = C::KREG ? 1 : 0; kv < 2; ++kv) {
 #pragma unroll
           for (int u = t0; u < UNITS; u += STEP) {
             const int j = first_row + u / U, c8 = u % U;
             const uint4 x = ld_shared_u4(s8 + kv * C::TILE8_BYTES + j * HD + 16 * c8);
-            const uint32_t dst = s_base + kv * C::TILE_BYTES;
+            const uint32_t dst = s_base + (C::KREG ? 0 : kv * C::TILE_BYTES);
             st_shared_u4(dst + C::template swz<BN>(j, 2 * c8),
                          fp8x8_to_dtype<Traits, kKv>(make_uint2(x.x, x.y)));
             st_shared_u4(dst + C::template swz<BN>(j, 2 * c8 + 1),
@@ -351,7 +386,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
       if (!mma_active) continue;
 
       const uint32_t sK = s_base + (C::KV8 ? 0 : stage * C::STAGE_BYTES);
-      const uint32_t sV = sK + C::TILE_BYTES;
+      const uint32_t sV = C::KREG ? s_base : sK + C::TILE_BYTES;
       const int wtok = wn * BNW;  // warp's first token within the tile
       if (masked) {
         // No row of this warp sees a token of its slice: every score would be -inf and change
@@ -390,6 +425,29 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_regs(s_acc);
+      } else if constexpr (C::KREG) {
+        // K from the fp8 stage: one ldmatrix.x4 per two k16 steps gives each thread the four fp8
+        // of its token row (g) at head dims 16 ks + 4 t4 .. + 3 for both 8-token halves of the
+        // warp's 16; the low pair is the B fragment's b0, the high pair b1 (q_frag's k order
+        // above).
+        static_assert(BNW == 16 && KS % 2 == 0, "KREG: 16 tokens a warp, whole k32 steps");
+        const uint32_t s8K = s_base + C::KV8_OFF + stage * C::STAGE8_BYTES;
+        const int mi = lane >> 3;
+        const int krow = wtok + 8 * (mi & 1) + (lane & 7);
+#pragma unroll
+        for (int ks = 0; ks < KS; ks += 2) {
+          uint32_t r[4];  // [k step ks + h][token half n] at r[2 h + n]
+          ldmatrix_x4(r, s8K + C::k8_swz(krow, ks + (mi >> 1)));
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+              const uint32_t w = r[2 * h + n];
+              mma16816<kDType>(s_acc[n], q_frag[ks + h],
+                               fp8x2_to_dtype<Traits, kKv>(static_cast<uint16_t>(w & 0xffffu)),
+                               fp8x2_to_dtype<Traits, kKv>(static_cast<uint16_t>(w >> 16)));
+            }
+        }
       } else {
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) {

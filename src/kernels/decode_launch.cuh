@@ -4,14 +4,15 @@
 // the plan's merge counts) when the layout has partial slots. The
 // grouped classes (kM64, kM128) up to head_dim 128 run the warp-specialized Hopper kernel
 // (sm90/kernel.cuh) instead where grouped_kernel_for() says so (the set_grouped_kernel() setting,
-// the device, and for kAuto the plan's counts in the layout; an fp8 KV cache always runs the
-// decode_kernel.cuh kernel). Included only by the generated
+// the device, and for kAuto the plan's counts in the layout; an fp8 KV cache too, converted by
+// the ws producer). Included only by the generated
 // src/kernels/inst_*.cu files.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <type_traits>
 
 #include "decode_kernel.cuh"
@@ -40,13 +41,32 @@ cudaError_t launch_pdl(Kernel kernel, dim3 grid, dim3 block, int smem, cudaStrea
 }
 
 /// The warp-specialized kernel of grouped class kClass (1 or 2): grid (class capacity, kv heads).
-template <DType kDType, int kHeadDim, int kClass>
+template <DType kDType, int kHeadDim, int kClass, KvDType kKv>
 Status launch_ws_class(const KernelParams& p, int64_t capacity, int kv_heads, cudaStream_t stream) {
-  using C = sm90::WsConfig<kDType, kHeadDim, sm90::ws_tile_for_class(kClass)>;
-  auto* kernel = &sm90::decode_ws_kernel<kDType, kHeadDim, kClass>;
-  static const cudaError_t attr_status =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::DYN_SMEM_BYTES);
+  using C = sm90::WsConfig<kDType, kHeadDim, sm90::ws_tile_for_class(kClass), kKv>;
+  auto* kernel = &sm90::decode_ws_kernel<kDType, kHeadDim, kClass, kKv>;
+  // Once per instantiation: the shared-memory limit, and the registers ptxas gave a thread. The
+  // setmaxnreg split (config.cuh) hands out exactly LAUNCH_REGS x THREADS registers; with fewer
+  // allocated to the CTA, the consumers' setmaxnreg.inc would wait for ever, so refuse instead.
+  static int num_regs = 0;
+  static const cudaError_t attr_status = [&] {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         C::DYN_SMEM_BYTES);
+    cudaFuncAttributes fa{};
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, kernel);
+    num_regs = fa.numRegs;
+    return e;
+  }();
   cudaError_t err = attr_status;
+  if (err == cudaSuccess && num_regs != C::LAUNCH_REGS) {
+    char msg[128];
+    std::snprintf(msg, sizeof msg,
+                  "decode_ws_kernel has %d registers a thread, its register split needs %d: "
+                  "not launched",
+                  num_regs, C::LAUNCH_REGS);
+    set_last_cuda_error(msg);
+    return Status::kCudaError;
+  }
   if (err == cudaSuccess)
     err = launch_pdl(kernel, dim3(static_cast<unsigned>(capacity), static_cast<unsigned>(kv_heads)),
                      dim3(C::THREADS), C::DYN_SMEM_BYTES, stream, p);
@@ -66,10 +86,10 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   if (capacity <= 0) return Status::kOk;
   const int kv_heads = layout.shape.num_kv_heads;
   if (capacity > 0x7fffffff || kv_heads > 65535) return Status::kUnsupported;
-  if constexpr (tile::block_layout(kClass, kHeadDim) && !is_fp8(kKv)) {
+  if constexpr (tile::block_layout(kClass, kHeadDim)) {
     if (grouped_kernel_for(layout, static_cast<TileClass>(kClass)) ==
         GroupedKernel::kWarpSpecialized)
-      return launch_ws_class<kDType, kHeadDim, kClass>(p, capacity, kv_heads, stream);
+      return launch_ws_class<kDType, kHeadDim, kClass, kKv>(p, capacity, kv_heads, stream);
   }
   auto* kernel = &decode_attention_kernel<kDType, kHeadDim, kClass, kKv>;
   // Raise the dynamic shared-memory limit and read the occupancy once per instantiation

@@ -1,5 +1,6 @@
 // PTX wrappers shared by every decode kernel (sm_80 and newer): shared-memory addresses, cp.async
-// copies and their groups, ldmatrix, mma.sync m16n8k16, programmatic dependent launch and ex2.
+// copies and their groups, shared-memory loads and stores, 16-byte read-only global loads,
+// ldmatrix, mma.sync m16n8k16, programmatic dependent launch and ex2.
 // The Hopper-only wrappers (mbarrier, named barriers, setmaxnreg, proxy fences, wgmma) are in
 // src/kernels/sm90/.
 #pragma once
@@ -36,6 +37,17 @@ __device__ __forceinline__ uint4 ld_shared_u4(uint32_t addr) {
                : "r"(addr));
   return v;
 }
+__device__ __forceinline__ void st_shared_u64(uint32_t addr, uint64_t v) {
+  asm volatile("st.shared.u64 [%0], %1;\n" ::"r"(addr), "l"(v) : "memory");
+}
+/// 16 bytes from global memory through the read-only (non-coherent) path.
+__device__ __forceinline__ uint4 ld_global_nc_u4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
 __device__ __forceinline__ void st_shared_u4(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
                "r"(v.w)
@@ -59,6 +71,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+/// 8-byte shared load at a shared-window address (two fragment registers).
+__device__ __forceinline__ uint2 ld_shared_u2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
 }
 /// D = A(16x16) B(16x8) + D, fp32 accumulate.
 template <DType kDType>

@@ -5,7 +5,7 @@
 
 namespace treeattn::cuda_detail::sm90 {
 #define TREEATTN_WS_INST(DT, HD, CLS) \
-  template __global__ void decode_ws_kernel<DType::DT, HD, CLS>(const KernelParams);
+  template __global__ void decode_ws_kernel<DType::DT, HD, CLS, KvDType::kSame>(const KernelParams);
 TREEATTN_WS_INST(kFloat16, 128, 1)
 TREEATTN_WS_INST(kFloat16, 128, 2)
 TREEATTN_WS_INST(kBFloat16, 128, 2)

@@ -149,7 +149,7 @@ void set_short_m16(bool on);
 bool short_m16();
 /// The kernel (kLegacy or kWarpSpecialized, never kAuto) that run_decode launches tile class `cls`
 /// of `layout` on, on the current device under the current set_grouped_kernel(): kM16 and
-/// head_dim 256 and fp8 KV caches (layout.shape.kv_dtype_bytes 1) always kLegacy. Host-only.
+/// head_dim 256 always kLegacy (fp8 KV caches run either: the ws producer converts). Host-only.
 GroupedKernel grouped_kernel_for(const PlanLayout& layout, TileClass cls);
 
 }  // namespace treeattn

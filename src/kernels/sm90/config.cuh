@@ -36,12 +36,16 @@ inline constexpr int kSm90SmemBytes = 227 * 1024;
 /// Registers per SM on sm_90.
 inline constexpr int kSm90Registers = 64 * 1024;
 
-template <DType kDType, int kHeadDim, WsTile kTile>
+template <DType kDType, int kHeadDim, WsTile kTile, KvDType kKv = KvDType::kSame>
 struct WsConfig {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the warp-specialized kernel: head_dim <= 128");
   using Traits = DTypeTraits<kDType>;
   using T = typename Traits::T;
   static constexpr DType kDT = kDType;
+  static constexpr KvDType kKV = kKv;
+  /// fp8 KV cache: the producer loads the fp8 rows into registers and stores them converted into
+  /// the 16-bit stages the consumers read (the consumers' code is the same).
+  static constexpr bool KV8 = is_fp8(kKv);
   static constexpr int HD = kHeadDim;
   static constexpr int CPT = HD / 8;  ///< 16-byte chunks per row
   /// The consumers take alternate KV tiles of the same rows (kM64) instead of splitting the rows.
@@ -61,23 +65,26 @@ struct WsConfig {
   static constexpr int THREADS = CONSUMER_THREADS + PRODUCER_THREADS;
   /// Per-thread registers after setmaxnreg: the producer gives registers up, the consumers hold S,
   /// P and O of their 64 rows.
-  static constexpr int PRODUCER_REGS = 40;
-  static constexpr int CONSUMER_REGS = 232;
-  static_assert(PRODUCER_THREADS * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <=
-                    kSm90Registers,
-                "register budget of one CTA per SM");
+  static constexpr int PRODUCER_REGS = KV8 ? 88 : 40;  ///< fp8: a tile's K and V in registers
+  static constexpr int CONSUMER_REGS = KV8 ? 208 : 232;
   /// Registers a thread starts with: the launch bound of THREADS threads, one CTA per SM
   /// (65536 / 384 = 170, rounded down to a multiple of 8 by the allocator).
   static constexpr int LAUNCH_REGS = (kSm90Registers / THREADS) / 8 * 8;
+  // setmaxnreg.inc waits until the CTA's pool (what the launch allocated) has the registers: the
+  // split must fit the pool, not the SM, or the consumers wait for ever
+  static_assert(PRODUCER_THREADS * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <=
+                    LAUNCH_REGS * THREADS,
+                "register split within the CTA's allocation");
   static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS, "setmaxnreg order");
   /// Warps that consume each KV tile: they arrive on its empty barriers.
   static constexpr int TILE_CONSUMER_WARPS = (SPLIT_KV ? 1 : CONSUMERS) * WG_THREADS / 32;
 
   // ---- producer: one lane per token row computes its page address (see producer.cuh)
-  static constexpr int ROWS_PER_PASS = PRODUCER_THREADS / CPT;  ///< token rows per copy pass
-  static constexpr int PASSES = BN / ROWS_PER_PASS;             ///< copy passes per K or V tile
-  static constexpr int RPW = 32 / CPT;                          ///< rows per warp per pass
-  static constexpr int WROWS = PASSES * RPW;                    ///< rows per warp per tile
+  static constexpr int GCPT = KV8 ? HD / 16 : CPT;  ///< 16-byte chunks of a K/V row in memory
+  static constexpr int ROWS_PER_PASS = PRODUCER_THREADS / GCPT;  ///< token rows per copy pass
+  static constexpr int PASSES = BN / ROWS_PER_PASS;              ///< copy passes per K or V tile
+  static constexpr int RPW = 32 / GCPT;                          ///< rows per warp per pass
+  static constexpr int WROWS = PASSES * RPW;                     ///< rows per warp per tile
   static_assert(BN % ROWS_PER_PASS == 0 && ROWS % ROWS_PER_PASS == 0, "loader passes");
   static_assert(WROWS <= 32, "one lane per token row of the warp's share of a tile");
   static_assert(ROWS_PER_PASS % 8 == 0, "a thread's rows keep their swizzle phase across passes");

@@ -5,7 +5,8 @@
 // (mainloop.cuh: the Q copy, then the rounds), then the epilogue (epilogue.cuh). No CTA-wide
 // barrier after the setup.
 // Semantics as the other attention kernel (decode_kernel.cuh): rows past the item and tail tokens
-// hidden, masked items with their skip, final output or partials, exp2-domain softmax, PDL.
+// hidden, masked items with their skip, final output or partials, exp2-domain softmax, PDL, and
+// an fp8 KV cache (converted by the producer; K scale in the logit scale, V scale in the epilogue).
 // Outside the sm_90a device pass the body traps; the launcher only picks the kernel where the
 // sm_90a code runs (ws_kernels_available()).
 #pragma once
@@ -17,11 +18,12 @@
 
 namespace treeattn::cuda_detail::sm90 {
 
-template <DType kDType, int kHeadDim, int kClass>
-__global__ void __launch_bounds__(WsConfig<kDType, kHeadDim, ws_tile_for_class(kClass)>::THREADS, 1)
+template <DType kDType, int kHeadDim, int kClass, KvDType kKv>
+__global__ void __launch_bounds__(
+    WsConfig<kDType, kHeadDim, ws_tile_for_class(kClass), kKv>::THREADS, 1)
     decode_ws_kernel(const KernelParams p) {
 #if TREEATTN_WGMMA
-  using C = WsConfig<kDType, kHeadDim, ws_tile_for_class(kClass)>;
+  using C = WsConfig<kDType, kHeadDim, ws_tile_for_class(kClass), kKv>;
   __shared__ alignas(8) uint64_t bar_mem[C::STAGES * C::BARS_PER_STAGE];
   pdl_launch_dependents();
   const DeviceItem item = p.items[p.class_item_off[kClass] + static_cast<int>(blockIdx.x)];

@@ -95,6 +95,9 @@ TEST(DecodeGpu, ShortM16MatchesWideBitwise) {
       {"N=1,16,512 C=100,50,17 heads=32/8 dim=128 page=8", "fasttree", true, KvDType::kSame, 3},
       {"N=1,512 C=256,32 heads=32/8 dim=128 page=16", "node", true, KvDType::kFloat8E4M3, 0},
       {"N=1,512 C=128,61 heads=16/2 dim=64 page=16", "node", false, KvDType::kFloat8E5M2, 0},
+      // fp8 with a forced head loop: the next head's Q lands where the last head's V tile was
+      {"N=1,512 C=256,32 heads=32/8 dim=128 page=16", "node", false, KvDType::kFloat8E4M3, 3},
+      {"N=1,512 C=128,61 heads=16/2 dim=64 page=16", "node", true, KvDType::kFloat8E5M2, 2},
   };
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);

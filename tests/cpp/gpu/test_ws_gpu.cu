@@ -4,7 +4,9 @@
 // 256 (in two tests by ratio); masked (flatten) kM64/kM128 items; items shorter than a tile and at
 // the tile boundaries; items long enough to wrap the stage ring more than twice; bitwise
 // determinism across runs and grid sizes (headroom 1 and 3); kAuto's choice per class and a plan
-// running on both kernels; a small case for compute-sanitizer (WsGpu.SanitizerSmall). Every
+// running on both kernels; a small case for compute-sanitizer (WsGpu.SanitizerSmall); an fp8 KV
+// cache (the producer converts) on every grouped class, masked and wrapping the stage ring, with
+// K/V scales that saturate e4m3 and large ones. Every
 // query's output is poisoned first and every element checked against the float64 oracle
 // (compare_to_oracle: NaN fails). The suites skip where the kernel cannot run (no sm_90 device, or
 // a build without sm_90a code).
@@ -112,6 +114,20 @@ TEST(WsGpu, SanitizerSmall) {
   ws_levels_check("N=1,24 C=200,7 heads=32/8 dim=64 page=16", "node", true, 62, &seen);
   ws_levels_check("N=1,2,64 C=130,40,9 heads=32/32 dim=64 page=16", "flatten", false, 63, &seen);
   ws_levels_check("N=1,2,64 C=130,40,9 heads=32/8 dim=128 page=32", "flatten", true, 64, &seen);
+  // an fp8 cache (the producer converts): kM64, and masked kM64 + kM128 at both head dims
+  // (heads 32/32 would plan no kM128 item: 9 kM16 + 4 kM64)
+  for (const char* levels : {"N=1,16 C=150,5 heads=32/8 dim=128 page=16",
+                             "N=1,2,64 C=130,40,9 heads=32/8 dim=64 page=16",
+                             "N=1,2,64 C=130,40,9 heads=32/8 dim=128 page=32"}) {
+    LevelsCase lc = levels_case(levels, levels[4] == '1' ? "node" : "flatten", false, 65);
+    lc.c.kv_dtype = KvDType::kFloat8E4M3;
+    lc.c.k_scale = 0.37f;
+    lc.c.v_scale = 2.f;
+    lc.c.sample_queries = 1 << 20;
+    SCOPED_TRACE(std::string(levels) + " fp8_e4m3");
+    seen.add(make_case_plan(lc.tree, lc.c));
+    plan_run_check(lc.tree, lc.c);
+  }
   EXPECT_GT(seen.m64, 0);
   EXPECT_GT(seen.m128, 0);
   EXPECT_GT(seen.masked, 0);
@@ -239,6 +255,58 @@ TEST(WsGpu, LongItemsWrapTheStageRing) {
   // more than twice the tiles of each stage ring (kM64: 6 or 8 stages of 64 tokens; kM128: 2 or 6
   // of 128), so every stage's barriers go through both phase parities more than once
   root_items_check({2100}, {16, 32}, {64, 128}, 1500);
+}
+
+TEST(WsGpu, Fp8KvCacheEveryGroupedClass) {
+  TA_REQUIRE_WS();
+  ForceWs ws;
+  struct Fp8Line {
+    const char* nodes;
+    const char* planner;
+    int qo, kv, dim, page;
+  };
+  // kM64 / kM128 (node), masked (flatten), long items that wrap the stage ring, a 16/1 root
+  const Fp8Line kLines[] = {
+      {"N=1,2,64 C=130,40,9", "node", 32, 8, 128, 16},
+      {"N=1,2,64 C=130,40,9", "node", 32, 32, 64, 1},
+      {"N=1,2,64 C=130,40,9", "flatten", 32, 8, 64, 16},
+      {"N=1,4,32 C=300,70,9", "flatten", 28, 4, 128, 256},
+      {"N=1,16 C=2100,5", "node", 32, 8, 128, 32},
+      {"N=1,32 C=1500,7", "node", 32, 8, 64, 16},
+      {"N=1,64 C=520,12", "fasttree", 16, 1, 128, 16},
+      {"N=1,8,64 C=260,130,6", "pat", 64, 8, 128, 1},
+  };
+  constexpr KvDType kTypes[] = {KvDType::kFloat8E4M3, KvDType::kFloat8E5M2};
+  constexpr float kScales[] = {1.f, 0.37f, 0x1.0p-10f, 64.f};
+  GroupedItems seen;
+  int idx = 0;
+  for (const Fp8Line& l : kLines) {
+    for (KvDType kv : kTypes) {
+      // bf16 on every other line, so both fp8 types run with fp16 and with bf16; the scales
+      // rotate so each fp8 type gets all four K and all four V scales
+      LevelsCase lc = levels_case(line(l.nodes, l.qo, l.kv, l.dim, l.page).c_str(), l.planner,
+                                  (idx / 2) % 2 == 1, 1700 + idx);
+      lc.c.kv_dtype = kv;
+      lc.c.k_scale = kScales[(idx + idx / 4) % 4];
+      lc.c.v_scale = kScales[(idx + idx / 4 + 1) % 4];
+      lc.c.seed = 1800 + idx;
+      lc.c.sample_queries = 1 << 20;  // every query
+      SCOPED_TRACE(std::string(l.nodes) + " " + l.planner + " " + kv_dtype_name(kv));
+      const Plan plan = make_case_plan(lc.tree, lc.c);
+      seen.add(plan);
+      // the fp8 plan really runs its grouped classes on the warp-specialized kernel
+      const PlanLayout layout = plan_layout(plan);
+      for (int cls : {1, 2})
+        if (layout.class_items_planned[cls] > 0)
+          EXPECT_EQ(grouped_kernel_for(layout, static_cast<TileClass>(cls)),
+                    GroupedKernel::kWarpSpecialized);
+      plan_run_check(lc.tree, lc.c);
+      ++idx;
+    }
+  }
+  EXPECT_GT(seen.m64, 0);
+  EXPECT_GT(seen.m128, 0);
+  EXPECT_GT(seen.masked, 0);
 }
 
 TEST(WsGpu, DeterministicAcrossRunsAndGridSizes) {
