@@ -1,6 +1,7 @@
 # Peers table of two results calls (bench/device_final.sh with PEERS=ft, then PEERS=fi): per line
 # the floor, treeattn `auto`, the best FastTree/DeFT and FlashInfer variants, and the best peer's
-# time over treeattn's, each ratio taken within one call; geometric means per set.
+# time over treeattn's, each ratio taken within one call; geometric means per set. Both peer
+# families may come from one call: then pass its folder twice (the A and B columns are one run).
 # usage: python3 bench/peers_table.py DIR_FT_CALL DIR_FI_CALL OUT.md DATE
 import json, math, sys, collections
 
@@ -26,10 +27,15 @@ def peers(files):
     return best
 ja, ta = bench(A); jb, tb = bench(B)
 ft = peers([A + '/ft.json', A + '/ft_pat.json']); fi = peers([B + '/fi.json'])
-qa = {r['workload']: r for r in json.load(open(A + '/bench_query.json'))['results']}
+qa = {}  # the query planner's floor fractions, when call A ran it (bench_query.json)
+try:
+    qa = {r['workload']: r for r in json.load(open(A + '/bench_query.json'))['results']}
+except FileNotFoundError:
+    pass
 L = []
 L.append(f"# treeattn vs peers on the H100 ({ja['device']}, {date})\n")
-L.append(f"Two device calls, each with treeattn and one peer family on the same card: call A (treeattn `auto`, FastTree/DeFT artifact kernels; ceilings HBM {ja['ceilings']['hbm_read_GBps']} GB/s, tensor {ja['ceilings']['tc_TFLOPs']} TFLOP/s) and call B (treeattn `auto`, FlashInfer 0.7.2 decode tc/cc, cascade auto/fa2, prefill fa2; ceilings HBM {jb['ceilings']['hbm_read_GBps']} GB/s). Every ratio compares treeattn with a peer from the same call. Floor = max(bytes_min / HBM, flops_min / tensor) from the treeattn JSON of call A. treeattn: `treeattn bench` (CUDA events, L2 flushed, median of 50); peers: triton do_bench median with its L2 flush. FlashInfer ran under a 240 s budget: lines without a FlashInfer time use the FastTree/DeFT peer alone. All outputs checked (treeattn against the float64 oracle, peers against a float32 reference).\n")
+L.append("One device call: the A and B columns below are the same treeattn run.\n" if A == B else "")
+L.append(f"Two device calls, each with treeattn and one peer family on the same card (or one call that ran both: then A = B): call A (treeattn `auto`, FastTree/DeFT artifact kernels; ceilings HBM {ja['ceilings']['hbm_read_GBps']} GB/s, tensor {ja['ceilings']['tc_TFLOPs']} TFLOP/s) and call B (treeattn `auto`, FlashInfer 0.7.2 decode tc/cc, cascade auto/fa2, prefill fa2; ceilings HBM {jb['ceilings']['hbm_read_GBps']} GB/s). Every ratio compares treeattn with a peer from the same call. Floor = max(bytes_min / HBM, flops_min / tensor) from the treeattn JSON of call A. treeattn: `treeattn bench` (CUDA events, L2 flushed, median of 50); peers: triton do_bench median with its L2 flush. FlashInfer ran under its time budget: lines without a FlashInfer time use the FastTree/DeFT peer alone. All outputs checked (treeattn against the float64 oracle, peers against a float32 reference).\n")
 summary = collections.defaultdict(lambda: collections.defaultdict(list))
 for s in ['fasttree', 'pat']:
     L.append(f"\n## {s} set\n")

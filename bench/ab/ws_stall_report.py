@@ -5,7 +5,8 @@ barriers of the ping-pong), consumer waits on full barriers, softmax and the res
 roles are told apart by what follows the wait: a producer's empty-barrier wait is followed by
 copies (LDGSTS or, for fp8, global loads) before the next wait, a consumer's full-barrier wait is
 not; the retry loops that ptxas places at the end of the function take the role of the first wait
-with the same operands. Prints the 25 instructions with the most samples as well.
+with the same operands, and the branch after a try-wait (where a failed wait's samples land) the
+wait's role. Prints the 25 instructions with the most samples as well.
 Usage: python3 bench/ab/ws_stall_report.py SASS.csv"""
 import csv
 import re
@@ -82,7 +83,7 @@ def main(path):
     samples = [float((r[col] or "0").replace(",", "")) for r in data]
     total = sum(samples) or 1.0
     addr_col = next((k for k in data[0].keys() if "address" in k.strip().lower()), None)
-    addr_index = {}  # offset from the function's first instruction (what BRA targets name)
+    addr_index = {}  # what BRA targets name -> instruction index
     if addr_col:
         base = None
         for i, r in enumerate(data):
@@ -91,7 +92,8 @@ def main(path):
             except ValueError:
                 continue
             base = a if base is None else base
-            addr_index[a - base] = i
+            addr_index[a - base] = i  # branch targets print as offsets or as absolute addresses
+            addr_index[a] = i
     # the code each role runs: reachable from its setmaxnreg (the producer gives registers up)
     entry = {k: next((i for i, x in enumerate(ins) if k in x), None)
              for k in ("USETMAXREG.DEALLOC", "USETMAXREG.TRY_ALLOC")}
@@ -99,16 +101,24 @@ def main(path):
         if entry["USETMAXREG.DEALLOC"] is not None else set()
     cons = reach(entry["USETMAXREG.TRY_ALLOC"], ins, ops, addr_index) \
         if entry["USETMAXREG.TRY_ALLOC"] is not None else set()
-    side = ["producer" if i in prod and i not in cons else
-            "consumer" if i in cons and i not in prod else "setup or shared"
+    # the consumers' path also reaches the producer's branch (the role test follows their
+    # setmaxnreg), so what the producer reaches is the producer's and the rest the consumers'
+    side = ["producer" if i in prod else "consumer" if i in cons else "setup or shared"
             for i in range(len(ins))]
     roles = [role(i, ins, ops, side[i]) for i in range(len(ins))]
+    # a failed try-wait's samples land on the branch that reads its predicate: the wait's role
+    for i in range(1, len(ins)):
+        if ops[i] == "BRA" and ops[i - 1].startswith("SYNCS.PHASECHK"):
+            roles[i] = None
     first_wait = {}
     for i, op in enumerate(ops):
         if op.startswith("SYNCS.PHASECHK"):
             operands = ins[i].split(" ", 1)[-1] if not ins[i].startswith("@") else ins[i]
             operands = re.sub(r"^@!?U?P\w+\s+", "", operands).split(" ", 1)[-1]
             roles[i] = first_wait.setdefault(operands, roles[i])
+    for i in range(1, len(ins)):
+        if roles[i] is None:
+            roles[i] = roles[i - 1]
     by_role, by_op = defaultdict(float), defaultdict(float)
     for i, s in enumerate(samples):
         by_role[roles[i]] += s

@@ -7,8 +7,8 @@
 # free stages (empty barriers: the consumers are behind), or do the consumers wait on their own
 # wgmma and softmax (issue-bound)?
 # Lines: the compute-bound `N=1,1024 C=32768,16 32/8` (ws kM64) and `N=1,8,512 C=512,512,256 32/8
-# page=32` (ws kM128), both with --grouped-kernel ws; and the legacy kernel on the first line for
-# contrast. Each ncu run is killed after NCU_S [100] s; the whole call stays under DEADLINE [540].
+# page=32` (ws kM128), both with --grouped-kernel ws; the first line again under the node planner
+# (kM128 items, the ws kM128 kernel); and the legacy kernel on the first line for contrast. Each ncu run is killed after NCU_S [100] s; the whole call stays under DEADLINE [540].
 # Files back: summary.txt, stalls.txt (the reports), ncu_logs.txt, NAME.sass.csv.gz (the
 # per-instruction tables, for ws_stall_report.py here).
 #   OUT=... bash bench/ab/ws_stall_sources.sh     (repository root, on the device)
@@ -27,12 +27,12 @@ if [[ ! -x build-final/treeattn ]]; then
 fi
 : >"$OUT/stalls.txt"
 : >"$OUT/ncu_logs.txt"
-run() {  # name, kernel regex (mangled), grouped kernel, levels
+run() {  # name, kernel regex (mangled), grouped kernel, levels[, planner (auto)]
   local to
   to=$(lim "${NCU_S:-100}")
   timeout -s KILL "$to" ncu --kernel-name-base mangled -k "regex:$2" -c 1 \
     --section SourceCounters --section WarpStateStats --section SpeedOfLight \
-    --import-source no -f -o "$W/$1" ./build-final/treeattn bench --levels "$4" --planner auto \
+    --import-source no -f -o "$W/$1" ./build-final/treeattn bench --levels "$4" --planner "${5:-auto}" \
     --grouped-kernel "$3" --runs 50 >"$W/$1.log" 2>&1
   echo "ncu $1: rc=$? in $(($(date +%s) - T0)) s" | tee -a "$S"
   { echo "===== $1"; tail -n 30 "$W/$1.log"; } >>"$OUT/ncu_logs.txt"
@@ -47,5 +47,7 @@ run() {  # name, kernel regex (mangled), grouped kernel, levels
 }
 run ws_m64 'decode_ws_kernel.*Li1EL' ws "N=1,1024 C=32768,16 heads=32/8"
 run ws_m128 'decode_ws_kernel.*Li2EL' ws "N=1,8,512 C=512,512,256 heads=32/8 page=32"
+# the kM128 ws kernel on the compute-bound line, whose auto plan (FastTree's) is all kM64 items
+run ws_m128_node 'decode_ws_kernel.*Li2EL' ws "N=1,1024 C=32768,16 heads=32/8" node
 run legacy_m64 'decode_attention_kernel.*Li1EL' legacy "N=1,1024 C=32768,16 heads=32/8"
 tail -n 60 "$OUT/stalls.txt"
