@@ -63,6 +63,9 @@ FREE = {
     "mma_efficiency": (0.3, 0.02, 1.0),
     "tile_latency_us": (0.4, 0.01, 5.0),
     "tile_latency_m128_us": (3.0, 0.01, 8.0),
+    "tile_latency_ws_m128_us": (1.0, 0.01, 8.0),  # kM128 CTAs of the warp-specialized kernel
+    "mma_efficiency_ws_m128": (0.6, 0.05, 1.0),  # their share of the tensor-core rate
+    "l2_read_GBps": (5500.0, 2000.0, 20000.0),  # the KV bytes read (re-reads too) over L2
     "tile_latency_wide_us": (1.5, 0.01, 5.0),
     "merge_slot_us": (0.64, 0.01, 5.0),
     "mask_penalty": (0.5, 0.001, 5.0),  # masked kM64/kM128 items: CTA time x (1 + this)
@@ -83,6 +86,7 @@ FIXED = {"ctas_per_sm": 2, "wide_ctas_per_sm": 4, "m128_ctas_per_sm": 1}
 # The original, uncalibrated kernel terms (the DeviceInfo defaults before the fit).
 LEGACY = {"launch_overhead_us": 2.5, "merge_launch_us": 2.5, "item_overhead_us": 1.0,
           "mma_efficiency": 0.55, "tile_latency_us": 0, "tile_latency_m128_us": 0,
+          "tile_latency_ws_m128_us": 0, "mma_efficiency_ws_m128": 0, "l2_read_GBps": 0,
           "tile_latency_wide_us": 0, "merge_slot_us": 0, "mask_penalty": 0, "mask_penalty_m16": 0,
           "cta_bw_factor": 1, "ctas_per_sm": 2, "wide_ctas_per_sm": 0, "m128_ctas_per_sm": 0}
 
@@ -309,7 +313,8 @@ def main():
         st["best"].append(best["floor_fraction"])
         if "query" in pl:  # a results file may lack the slow query planner on some sets
             st["query"].append(pl["query"]["floor_fraction"])
-        st["old_auto"].append(pl["auto"]["floor_fraction"])
+        if "auto" in pl:  # (a sweep of chosen planners may leave auto out)
+            st["old_auto"].append(pl["auto"]["floor_fraction"])
         a = auto.get((s, w))
         pick = None
         if a is not None:
@@ -321,7 +326,8 @@ def main():
                         pick = (name, r)
         if pick is None:
             print(f"  ? {s:8s} {w[:60]:60s} (auto's plan was not measured)")
-            st["auto"].append(pl["auto"]["floor_fraction"])
+            if "auto" in pl:  # counted at the old auto's figure
+                st["auto"].append(pl["auto"]["floor_fraction"])
             continue
         st["known"] += 1
         r = pick[1]

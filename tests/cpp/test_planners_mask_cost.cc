@@ -102,6 +102,8 @@ TEST(PlannersMaskCost, KM128CtaTakesAllOfAnSmsSlots) {
   DeviceInfo d = device_preset("h100");
   d.latency_terms = false;       // the plan's fixed terms: one launch_overhead_us, item_overhead_us
   d.tile_latency_m128_us = 5.0;  // 10 tiles: 50 us a CTA, far above its bytes and FLOPs
+  // the kernels would run these on the ws kernel: without its terms, the other kernel's apply
+  d.tile_latency_ws_m128_us = d.mma_efficiency_ws_m128 = 0;
   PlanShape s;
   s.num_qo_heads = 32;
   s.num_kv_heads = 8;

@@ -180,7 +180,8 @@ def test_plan_stats_and_coverage(planner):
 DEVICE_FIELDS = [
     "name", "num_sms", "smem_per_sm_bytes", "hbm_read_GBps", "tc_TFLOPs", "mma_efficiency",
     "launch_overhead_us", "item_overhead_us", "ctas_per_sm", "merge_launch_us", "tile_latency_us",
-    "tile_latency_m128_us", "tile_latency_wide_us", "merge_slot_us", "wide_ctas_per_sm",
+    "tile_latency_m128_us", "tile_latency_ws_m128_us", "mma_efficiency_ws_m128", "l2_read_GBps",
+    "tile_latency_wide_us", "merge_slot_us", "wide_ctas_per_sm",
     "wide_m16_ctas_per_sm", "m128_ctas_per_sm", "mask_penalty", "mask_penalty_m16", "cta_bw_factor",
     "warpgroup_mma", "latency_terms", "first_launch_us", "pdl_launch_us", "round_trip_us",
     "cta_fixed_us", "prologue_round_trips", "merge_release_us", "merge_round_trips",

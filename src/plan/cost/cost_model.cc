@@ -19,14 +19,18 @@
 // (treeattn/plan/tile_policy.h): wide when the plan has more than wide_m16_ctas_per_sm x num_sms
 // kM16 CTAs.
 //
+// Where the plan's kM128 class runs on the warp-specialized kernel (tile::ws_pays_off, as the
+// kernels decide), its CTAs take tile_latency_ws_m128_us and mma_efficiency_ws_m128 instead.
+//
 // A plan's time: LPT (longest CTA first onto the least-loaded slot) over num_sms x slots-per-SM
-// gives the makespan, raised to the global bound max(total bytes / HBM bandwidth, total FLOPs /
-// tensor-core rate); then launch_overhead_us per attention launch (one per non-empty tile class)
-// and, when there are partial slots, merge_launch_us plus the merge pass: the larger of its bytes
-// (partials read, merged outputs written) at full HBM bandwidth and the serial chain of one merge
-// CTA (the mean merge-list length x passes x merge_slot_us). The DeviceInfo defaults (no latency
-// floor, merge launch = launch overhead) give the original uncalibrated model. Deterministic, O(C
-// log C) in CTAs.
+// gives the makespan, raised to the global bound max(unique bytes / HBM bandwidth, the FLOPs of
+// each class at its tensor-core rate, summed, KV bytes read / L2 bandwidth); then
+// launch_overhead_us per attention launch (one per non-empty tile class) and, when there are
+// partial slots, merge_launch_us plus the merge pass: the larger of its bytes (partials read,
+// merged outputs written) at full HBM bandwidth and the serial chain of one merge CTA (the mean
+// merge-list length x passes x merge_slot_us). The DeviceInfo defaults (no latency floor, merge
+// launch = launch overhead) give the original uncalibrated model. Deterministic, O(C log C) in
+// CTAs.
 //
 // With DeviceInfo::latency_terms the plan's fixed terms follow the call's critical path instead:
 // first_launch_us, then pdl_launch_us for each further attention kernel (PDL starts it while the
@@ -59,7 +63,9 @@ int64_t slots_per_sm(const DeviceInfo& dev, bool wide) {
 /// Per-CTA constants of one (device, shape, kM16 variant).
 struct CtaModel {
   /// `ctas`: CTAs of the whole plan; fewer than the slots share each SM among fewer CTAs.
-  CtaModel(const DeviceInfo& dev, const PlanShape& s, bool wide_m16, int64_t ctas)
+  /// `ws_m128`: the plan's kM128 class runs on the warp-specialized kernel.
+  CtaModel(const DeviceInfo& dev, const PlanShape& s, bool wide_m16, int64_t ctas,
+           bool ws_m128 = false)
       : D(s.head_dim), dt(s.dtype_bytes), kv_dt(s.kv_dtype_bytes), wide(wide_m16) {
     const int64_t per_sm = std::max<int64_t>(
         1, std::min<int64_t>(slots_per_sm(dev, wide_m16), (ctas + dev.num_sms - 1) / dev.num_sms));
@@ -70,7 +76,11 @@ struct CtaModel {
       weight[2] = per_sm / dev.m128_ctas_per_sm;
     slot_bw = dev.hbm_read_GBps * 1e3 / slots;  // bytes per us
     kv_bw = slot_bw * dev.cta_bw_factor;  // KV may come from L2 (the plan bound: unique bytes)
-    slot_flops = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency / slots;  // FLOPs per us
+    // FLOPs per us, per class: the ws kernel's kM128 CTAs at their own efficiency
+    for (double& r : flop_rate) r = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency;
+    if (ws_m128 && dev.mma_efficiency_ws_m128 > 0)
+      flop_rate[2] = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency_ws_m128;
+    for (int k = 0; k < kNumTileClasses; ++k) slot_flops[k] = flop_rate[k] / slots;
     overhead = dev.latency_terms ? dev.cta_fixed_us + dev.prologue_round_trips * dev.round_trip_us
                                  : dev.item_overhead_us;
     mask_scale[0] = 1.0 + dev.mask_penalty_m16;
@@ -84,7 +94,9 @@ struct CtaModel {
     tile_tokens[1] = big;
     tile_lat[1] = dev.tile_latency_us * scale;
     tile_tokens[2] = big;
-    tile_lat[2] = dev.tile_latency_m128_us * scale;
+    tile_lat[2] = (ws_m128 && dev.tile_latency_ws_m128_us > 0 ? dev.tile_latency_ws_m128_us
+                                                              : dev.tile_latency_m128_us) *
+                  scale;
   }
   ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv,
                       bool masked = false, double mma_fraction = 1.0) const {
@@ -99,13 +111,15 @@ struct CtaModel {
         static_cast<double>((kv + tile_tokens[k] - 1) / tile_tokens[k]) * tile_lat[k];
     const double w = static_cast<double>(weight[k]);  // slots the CTA takes
     const double io_us = (c.kv_bytes / kv_bw + (c.bytes - c.kv_bytes) / slot_bw) / w;
-    c.us = overhead + std::max({io_us, c.flops / (slot_flops * w), lat});
+    c.us = overhead + std::max({io_us, c.flops / (slot_flops[k] * w), lat});
     if (masked) c.us *= mask_scale[k];
     return c;
   }
   double D, dt, kv_dt;  // head_dim, Q/O and K/V element bytes
   bool wide;
-  double slot_bw = 0, kv_bw = 0, slot_flops = 0, overhead = 0;
+  double slot_bw = 0, kv_bw = 0, overhead = 0;
+  double flop_rate[kNumTileClasses] = {0, 0, 0};   ///< the whole GPU's, per class
+  double slot_flops[kNumTileClasses] = {0, 0, 0};  ///< a slot's share of it
   double mask_scale[kNumTileClasses] = {1, 1, 1};  ///< CTA time factor of a masked item
   int64_t tile_tokens[kNumTileClasses] = {64, 64, 64};
   int64_t weight[kNumTileClasses] = {1, 1, 1};  ///< slots one CTA of the class takes
@@ -205,19 +219,30 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   check_device(dev);
   const int64_t kv_heads = s.num_kv_heads;
   const int64_t group = s.group();
-  int64_t m16_items = 0;
-  for (size_t i = 0; i < num_items; ++i)
+  int64_t m16_items = 0, m128_items = 0, m128_tokens = 0;
+  for (size_t i = 0; i < num_items; ++i) {
+    if (items[i].count <= 0) continue;
     if (items[i].tile == TileClass::kM16) m16_items += items[i].count;
+    if (items[i].tile == TileClass::kM128) {
+      m128_items += items[i].count;
+      m128_tokens += items[i].count * items[i].kv_tokens;
+    }
+  }
   const bool wide = model_uses_wide_m16(dev, m16_items * kv_heads);
+  // the kernels' own choice for the kM128 class (GroupedKernel::kAuto, decode.cu)
+  const bool ws_m128 = dev.warpgroup_mma && tile::block_layout(2, s.head_dim) &&
+                       tile::ws_pays_off(2, m128_items, m128_tokens, m16_items,
+                                         static_cast<int>(kv_heads), dev.num_sms);
   int64_t all_items = 0;
   for (size_t i = 0; i < num_items; ++i) all_items += std::max<int64_t>(0, items[i].count);
-  const CtaModel model(dev, s, wide, all_items * kv_heads);
+  const CtaModel model(dev, s, wide, all_items * kv_heads, ws_m128);
   const int64_t nslots = std::max<int64_t>(1, dev.num_sms * slots_per_sm(dev, wide));
 
   thread_local std::vector<std::pair<double, int64_t>> runs;  // (CTA us, items)
   runs.clear();
   // Totals of integer-valued doubles (exact below 2^53), so they do not depend on item order.
-  double total_bytes = 0, total_kv_bytes = 0, total_flops = 0, sum_us = 0, max_us = 0;
+  double total_bytes = 0, total_kv_bytes = 0, sum_us = 0, max_us = 0;
+  double class_flops[kNumTileClasses] = {0, 0, 0};
   bool used_class[kNumTileClasses] = {false, false, false};
   const ItemSummary* prev = nullptr;
   ItemCost c;
@@ -239,10 +264,12 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     sum_us += c.us * static_cast<double>(it.count * w);
     total_bytes += c.bytes * static_cast<double>(kv_heads * it.count);
     total_kv_bytes += c.kv_bytes * static_cast<double>(kv_heads * it.count);
-    total_flops += c.flops * static_cast<double>(kv_heads * it.count);
+    class_flops[static_cast<int>(it.tile)] += c.flops * static_cast<double>(kv_heads * it.count);
   }
-  const double bw = dev.hbm_read_GBps * 1e3;                     // bytes per us
-  const double rate = dev.tc_TFLOPs * 1e6 * dev.mma_efficiency;  // FLOPs per us
+  const double bw = dev.hbm_read_GBps * 1e3;  // bytes per us
+  // the classes share the tensor cores: the time of each class's FLOPs at its rate, summed
+  double tc_us = 0;
+  for (int k = 0; k < kNumTileClasses; ++k) tc_us += class_flops[k] / model.flop_rate[k];
   int launches = 0;
   for (bool u : used_class) launches += u;
   double fixed = dev.latency_terms
@@ -274,7 +301,8 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   const double hbm_bytes = s.unique_kv_tokens > 0
                                ? total_bytes - total_kv_bytes + std::min(total_kv_bytes, unique_kv)
                                : total_bytes;
-  const double global = std::max(hbm_bytes / bw, total_flops / rate);
+  const double l2_us = dev.l2_read_GBps > 0 ? total_kv_bytes / (dev.l2_read_GBps * 1e3) : 0.0;
+  const double global = std::max({hbm_bytes / bw, tc_us, l2_us});
   const double bound =
       std::max({max_us, sum_us * static_cast<double>(kv_heads) / nslots, global}) + fixed;
   if (bound > prune_above * (1 + 1e-9)) return bound;

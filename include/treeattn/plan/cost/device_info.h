@@ -23,6 +23,16 @@ struct DeviceInfo {
   double merge_launch_us = 2.5;       ///< the merge launch; 0 when the merge is fused
   double tile_latency_us = 0.0;       ///< least time one kM16-deep/kM64 CTA spends per 64 KV tokens
   double tile_latency_m128_us = 0.0;  ///< same for a kM128 CTA
+  /// Same for a kM128 CTA of the warp-specialized kernel, which runs a plan's kM128 class where
+  /// tile::ws_pays_off says so (warpgroup_mma devices, head_dim <= 128); 0: tile_latency_m128_us.
+  double tile_latency_ws_m128_us = 0.0;
+  /// Fraction of tc_TFLOPs the warp-specialized kernel reaches on those kM128 CTAs (0:
+  /// mma_efficiency), in the CTA's FLOP term and in the plan's tensor-core bound.
+  double mma_efficiency_ws_m128 = 0.0;
+  /// K/V bytes per us the SMs can pull out of L2 together (0: no such bound). Every CTA reads its
+  /// KV through L2, re-reads included, so a plan takes at least its KV bytes read over this: the
+  /// bound that many-row nodes split into small row tiles meet (each tile re-reads the node).
+  double l2_read_GBps = 0.0;
   double tile_latency_wide_us = 0.0;  ///< same per 32 KV tokens for a wide kM16 CTA
   double merge_slot_us = 0.0;  ///< merge: one partial slot folded by one pass of a query's CTA
   /// Resident CTAs per SM in plans run with wide kM16 (0: ctas_per_sm).

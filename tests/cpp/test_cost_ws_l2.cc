@@ -1,0 +1,148 @@
+// The cost model's warp-specialized kM128 terms and its L2 bound: tile_latency_ws_m128_us and
+// mma_efficiency_ws_m128 apply exactly where the kernels run the kM128 class on the
+// warp-specialized kernel (tile::ws_pays_off on a warpgroup_mma device, head_dim <= 128) and
+// nowhere else; l2_read_GBps bounds a plan by every KV byte its CTAs read, re-reads included;
+// zeros give the model without them, and bad values are refused by name.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "treeattn/plan/cost/cost_model.h"
+#include "treeattn/plan/planner.h"
+#include "treeattn/plan/tile_policy.h"
+
+namespace treeattn {
+namespace {
+
+PlanShape shape(int head_dim = 128) {
+  PlanShape s;
+  s.num_qo_heads = 32;
+  s.num_kv_heads = 8;
+  s.head_dim = head_dim;
+  return s;
+}
+
+/// `count` kM128 items of 128 packed rows (32 queries x 4 heads) over `kv` tokens.
+ItemSummary m128_items(int64_t count, int64_t kv) {
+  ItemSummary it;
+  it.rows = 32;
+  it.kv_tokens = kv;
+  it.tile = TileClass::kM128;
+  it.count = count;
+  return it;
+}
+
+/// The h100 preset with the new terms off, so each test turns on the one it checks.
+DeviceInfo base_device() {
+  DeviceInfo d = device_preset("h100");
+  d.tile_latency_ws_m128_us = 0;
+  d.mma_efficiency_ws_m128 = 0;
+  d.l2_read_GBps = 0;
+  return d;
+}
+
+TEST(CostWsL2, WsTileLatencyOnlyWhereTheKernelsRunWs) {
+  DeviceInfo d = base_device();
+  d.tile_latency_m128_us = 20.0;  // latency-bound CTAs: far above their bytes and FLOPs
+  const PlanShape s = shape();
+  const ItemSummary ws = m128_items(16, 1024);  // 1024 tokens an item: ws pays off
+  ASSERT_TRUE(
+      tile::ws_pays_off(2, ws.count, ws.count * ws.kv_tokens, 0, s.num_kv_heads, d.num_sms));
+  const double legacy_us = estimate_items_us(d, s, &ws, 1, {});
+  d.tile_latency_ws_m128_us = 2.0;
+  const double ws_us = estimate_items_us(d, s, &ws, 1, {});
+  // 16 tiles of 64 tokens at 2 us instead of 20 us: 288 us less a CTA, and one wave of CTAs
+  EXPECT_NEAR(legacy_us - ws_us, 16 * 18.0, 1e-6 * legacy_us);
+
+  // Items below the kernels' 256 tokens an item keep the other kernel's latency.
+  const ItemSummary short_items = m128_items(16, 192);
+  ASSERT_FALSE(tile::ws_pays_off(2, short_items.count, short_items.count * 192, 0, s.num_kv_heads,
+                                 d.num_sms));
+  DeviceInfo off = d;
+  off.tile_latency_ws_m128_us = 0;
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &short_items, 1, {}),
+                   estimate_items_us(off, s, &short_items, 1, {}));
+  // No wgmma kernels (an A100-like device) or head_dim 256: the other kernel runs them.
+  DeviceInfo no_wgmma = d, no_wgmma_off = off;
+  no_wgmma.warpgroup_mma = no_wgmma_off.warpgroup_mma = false;
+  EXPECT_DOUBLE_EQ(estimate_items_us(no_wgmma, s, &ws, 1, {}),
+                   estimate_items_us(no_wgmma_off, s, &ws, 1, {}));
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, shape(256), &ws, 1, {}),
+                   estimate_items_us(off, shape(256), &ws, 1, {}));
+  // A kM64 item is never a ws kM128 CTA.
+  ItemSummary m64 = ws;
+  m64.rows = 16;
+  m64.tile = TileClass::kM64;
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &m64, 1, {}), estimate_items_us(off, s, &m64, 1, {}));
+}
+
+TEST(CostWsL2, WsEfficiencySetsTheFlopTermAndTheTensorBound) {
+  DeviceInfo d = base_device();
+  d.tile_latency_m128_us = 0;
+  d.mma_efficiency = 0.25;
+  const PlanShape s = shape();
+  // Many long compute-heavy CTAs: the estimate is the tensor-core term (CTAs and plan bound).
+  const ItemSummary ws = m128_items(64 * 132, 4096);
+  const double at_quarter = estimate_items_us(d, s, &ws, 1, {});
+  d.mma_efficiency_ws_m128 = 0.5;
+  const double at_half = estimate_items_us(d, s, &ws, 1, {});
+  // twice the rate, about half the time (the fixed terms stay)
+  EXPECT_LT(at_half, 0.55 * at_quarter);
+  EXPECT_GT(at_half, 0.45 * at_quarter);
+  // The plan bound sums the classes' tensor time: ws kM128 FLOPs at their rate, the rest at
+  // mma_efficiency. A kM64 item beside them costs the same as without the ws term.
+  ItemSummary mixed[2] = {ws, m128_items(1, 4096)};
+  mixed[1].tile = TileClass::kM64;
+  mixed[1].rows = 16;
+  const double with_m64 = estimate_items_us(d, s, mixed, 2, {});
+  EXPECT_GT(with_m64, at_half);
+}
+
+TEST(CostWsL2, L2BoundCountsEveryKvByteRead) {
+  DeviceInfo d = base_device();
+  const PlanShape s = [] {
+    PlanShape p = shape();
+    p.unique_kv_tokens = 4096;  // every item reads the same 4096 tokens: HBM sees them once
+    return p;
+  }();
+  ItemSummary it;
+  it.rows = 16;  // 64 packed rows
+  it.kv_tokens = 4096;
+  it.tile = TileClass::kM64;
+  it.count = 2048;
+  const double no_l2 = estimate_items_us(d, s, &it, 1, {});
+  const double kv_bytes = 2048.0 * s.num_kv_heads * 4096 * s.head_dim * 2 * 2;
+  d.l2_read_GBps = 1000.0;  // a low L2 rate so the bound dominates
+  const double l2 = estimate_items_us(d, s, &it, 1, {});
+  EXPECT_GE(l2, kv_bytes / 1e6);  // bytes over 1000 GB/s = bytes / 1e6 us
+  EXPECT_GT(l2, no_l2);
+  d.l2_read_GBps = 1e9;  // far above anything: no effect
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &it, 1, {}), no_l2);
+}
+
+TEST(CostWsL2, PresetsAndValidation) {
+  const DeviceInfo h100 = device_preset("h100");
+  EXPECT_GT(h100.tile_latency_ws_m128_us, 0);
+  EXPECT_GT(h100.mma_efficiency_ws_m128, 0);
+  EXPECT_GT(h100.l2_read_GBps, h100.hbm_read_GBps);
+  const DeviceInfo a100 = device_preset("a100");
+  EXPECT_FALSE(a100.warpgroup_mma);  // no ws kernel there: the ws terms never apply
+  for (const char* field : {"tile_latency_ws_m128_us", "mma_efficiency_ws_m128", "l2_read_GBps"}) {
+    DeviceInfo d = h100;
+    const std::string f = field;
+    (f == "tile_latency_ws_m128_us"  ? d.tile_latency_ws_m128_us
+     : f == "mma_efficiency_ws_m128" ? d.mma_efficiency_ws_m128
+                                     : d.l2_read_GBps) = -1.0;
+    try {
+      validate_device(d);
+      ADD_FAILURE() << field << ": a negative value was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("device.") + field), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace treeattn
