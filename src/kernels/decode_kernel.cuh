@@ -304,9 +304,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
     // mask bits of the item rows of the warp's MMA slab (masked items only)
     const uint64_t warp_rows =
         masked && mma_active ? slab_row_bits(slab_first, kMmaRows, packed_rows, group) : 0;
-    // fp8: the K scale joins the logit scale (s = (q . k8) x sm_scale x k_scale)
-    const float scale_log2 =
-        C::KV8 && p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
+    const float scale_log2 = logit_scale_log2<C::KV8>(p);
 
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % C::STAGES;
@@ -536,9 +534,8 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
                              sM + wn * C::ROWS + 16 * wm, sL + wn * C::ROWS + 16 * wm, C::O_PITCH,
                              o_acc, m_run, l_run, g, t4);
     __syncthreads();
-    write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(
-        p, item, kv_head, sO, sM, sL, tid, C::THREADS,
-        C::KV8 && p.v_scale != nullptr ? *p.v_scale : 1.f);
+    write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(p, item, kv_head, sO, sM, sL, tid,
+                                                           C::THREADS, output_v_scale<C::KV8>(p));
   }
   timeline_end(p, tl_rec);
 }

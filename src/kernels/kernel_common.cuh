@@ -1,7 +1,7 @@
 // Pieces shared by the decode attention kernels (the mma.sync/wgmma kernel of decode_kernel.cuh
 // and the warp-specialized Hopper kernel of src/kernels/sm90/): dtype traits, the fp8 -> dtype
-// conversion of an fp8 KV cache's elements, the column-block tile
-// layout that wgmma's 128-byte swizzle reads, the cursor over an item's KV ranges, and the
+// conversion of an fp8 KV cache's elements and where its K and V scales apply, the column-block
+// tile layout that wgmma's 128-byte swizzle reads, the cursor over an item's KV ranges, and the
 // epilogue that stages each row's online-softmax state (O, m, l) in shared memory, merges the
 // states of a row and writes the final output (dtype + natural-log LSE) or a partial slot (fp32,
 // or the dtype under PartialPrecision::kHalf).
@@ -78,6 +78,19 @@ __device__ __forceinline__ uint4 fp8x8_to_dtype(uint2 x) {
     return fp8x2_to_dtype<Traits, kKv>(static_cast<uint16_t>(w >> (16 * half)));
   };
   return make_uint4(cvt(x.x, 0), cvt(x.x, 1), cvt(x.y, 0), cvt(x.y, 1));
+}
+
+/// The logit scale (exp2 domain) of a kernel with an fp8 cache (kKv8) or not: an fp8 cache's K
+/// scale joins it, s = (q . k8) x sm_scale x k_scale.
+template <bool kKv8>
+__device__ __forceinline__ float logit_scale_log2(const KernelParams& p) {
+  return kKv8 && p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
+}
+/// The factor the epilogue applies to O with the softmax normalization: an fp8 cache's V scale
+/// (kept out of the LSE), else 1.
+template <bool kKv8>
+__device__ __forceinline__ float output_v_scale(const KernelParams& p) {
+  return kKv8 && p.v_scale != nullptr ? *p.v_scale : 1.f;
 }
 
 /// Byte offset of 16-byte chunk `c` of row `r` in a [NR][head_dim] 16-bit tile stored as

@@ -28,8 +28,7 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const DeviceItem
                             st.l, lane >> 2, lane & 3);
   named_bar_sync(C::kConsumersBar, C::CONSUMER_THREADS);
   write_staged_rows<typename C::Traits, C::HD, C::NS, C::ROWS_S, C::O_PITCH>(
-      p, item, kv_head, sO, sM, sL, ctid, C::CONSUMER_THREADS,
-      C::KV8 && p.v_scale != nullptr ? *p.v_scale : 1.f);
+      p, item, kv_head, sO, sM, sL, ctid, C::CONSUMER_THREADS, output_v_scale<C::KV8>(p));
 }
 
 }  // namespace treeattn::cuda_detail::sm90

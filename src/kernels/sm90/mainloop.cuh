@@ -70,9 +70,7 @@ __device__ __forceinline__ void consume(const KernelParams& p, const DeviceItem&
   const int mrow1 = min((prow0 + 8) / group, kMaxMaskedRows - 1);
   const uint64_t wg_rows =
       masked && has_rows ? tile::slab_row_bits(row_base, 64, packed_rows, group) : 0;
-  // fp8: the K scale joins the logit scale (s = (q . k8) x sm_scale x k_scale)
-  const float scale_log2 =
-      C::KV8 && p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
+  const float scale_log2 = logit_scale_log2<C::KV8>(p);
 #pragma unroll
   for (int n = 0; n < NT_O; ++n)
 #pragma unroll
