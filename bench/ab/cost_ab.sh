@@ -3,8 +3,9 @@
 # an older tree carried under ab-old/ (e.g. `git archive REV | tar -x -C ab-old`, with ab-old/ in
 # .git/info/exclude and named in carry), both CLIs built at once; then treeattn bench --planner
 # auto on the FastTree, PAT and irregular sets and the named lines, old then new per set, each
-# ratio within this call. For changes that leave the kernels alone (cost model, planners): the
-# plans differ, the kernels are the same. The whole call stays under DEADLINE [420] s.
+# ratio within this call. For a cost-model or planner change the plans differ and the kernels are
+# the same; for a kernel change the plans are the same. Listed per set: every line whose plan
+# changed or whose time moved by more than 3%. The whole call stays under DEADLINE [420] s.
 # Files back: summary.txt, bench_old.json, bench_new.json.
 #   OUT=... bash bench/ab/cost_ab.sh     (repository root, on the device)
 set -u
@@ -63,8 +64,10 @@ for s in sorted({k[0] for k in new}):
           f"old/new time geomean {gm(r):.3f}, min {min(r):.3f}, max {max(r):.3f}; "
           f"changed plans {sum(old[k]['items'] != new[k]['items'] or old[k]['kv_bytes_read'] != new[k]['kv_bytes_read'] for k in ks)}")
     for k in ks:
-        if old[k]["items"] != new[k]["items"] or old[k]["kv_bytes_read"] != new[k]["kv_bytes_read"]:
+        changed = old[k]["items"] != new[k]["items"] or old[k]["kv_bytes_read"] != new[k]["kv_bytes_read"]
+        ratio = old[k]["median_ms"] / new[k]["median_ms"]
+        if changed or abs(ratio - 1) > 0.03:
             print(f"  {k[1][:60]:60s} old {old[k]['median_ms']*1e3:8.1f} us new "
-                  f"{new[k]['median_ms']*1e3:8.1f} us ({old[k]['median_ms']/new[k]['median_ms']:.3f}x)")
+                  f"{new[k]['median_ms']*1e3:8.1f} us ({ratio:.3f}x){' plan changed' if changed else ''}")
 PY
 note "done in $(($(date +%s) - T0)) s"

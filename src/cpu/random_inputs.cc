@@ -121,7 +121,9 @@ OracleSample oracle_sample(const PrefixTree& tree, const RandomInputSpec& spec, 
     }
   rs.out.resize(rs.queries.size() * H * D);
   rs.lse.resize(rs.queries.size() * H);
-  reference_attention(sub, host_inputs(data, spec.num_qo_heads, spec.num_kv_heads, spec.head_dim),
+  reference_attention(sub,
+                      host_inputs(data.q.data(), data.k.data(), data.v.data(), spec.num_qo_heads,
+                                  spec.num_kv_heads, spec.head_dim, spec.sm_scale),
                       {}, rs.out.data(), rs.lse.data());
   return rs;
 }

@@ -480,11 +480,11 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
 
       // online softmax (rows g and g+8 of the warp) in the exp2 domain (softmax.cuh)
       float m_use[2], alpha[2], row_sum[2];
-      online_max<NT_S>(s_acc, m_run, scale_log2, m_use, alpha);
+      const bool rescale = online_max<NT_S, false>(s_acc, m_run, scale_log2, m_use, alpha);
       exp_scores<NT_S>(s_acc, m_use, scale_log2, row_sum);
       uint32_t p_frag[NT_S][2];  // P rounded to dtype, pairs of columns
       pack_p<Traits, NT_S>(s_acc, p_frag);
-      rescale_state<NT_O>(o_acc, l_run, alpha, row_sum);
+      rescale_state<NT_O>(o_acc, l_run, alpha, row_sum, rescale);
 
       // O += P V   [16 x HD], k = the warp's BNW tokens
       if constexpr (C::USE_WGMMA) {

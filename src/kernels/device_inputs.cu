@@ -109,6 +109,7 @@ void DeviceInputs::fill(const PrefixTree& tree, const RandomInputSpec& spec, KvL
   args.q = q;
   args.q_stride_query = H * D;
   args.q_stride_head = D;
+  args.sm_scale = spec.sm_scale;
   args.kv_dtype = spec.kv_dtype;
   args.k_scale = args.v_scale = nullptr;
   if (kv8) {

@@ -3,8 +3,12 @@
 // domain: the running max m is kept scaled (m = max(s) * scale_log2, scale_log2 > 0 keeps the
 // order of the raw scores), and each p = 2^(s scale_log2 - m) is one FFMA and an ex2. Scores
 // hidden by a mask word or past the item are -inf, so p = 0; a row that has seen nothing keeps
-// m = -inf and uses 0 in the exponent (alpha = 0, p = 0). Shared by the mma.sync / wgmma kernel
-// and the warp-specialized Hopper kernel.
+// m = -inf and uses 0 in the exponent (alpha = 0, p = 0).
+// The warp-specialized kernel rescales lazily (kLazy): a warp keeps its rows' m while no row's tile
+// max exceeds it by more than kRescaleSlack, so p <= 2^kRescaleSlack (exact in fp16 / bf16 P and
+// fp32 O and l, since O, l and m stay consistent) and the tiles after the first few skip the
+// rescale of O. The thread's maxima and sums are reduced as trees (short dependency chains).
+// Shared by the mma.sync / wgmma kernel and the warp-specialized Hopper kernel.
 #pragma once
 
 #include <cstdint>
@@ -38,38 +42,71 @@ __device__ __forceinline__ void tail_scores(float (&s)[NT_S][4], int first_token
       if (first_token + 8 * n + 2 * t4 + (e & 1) >= kv_tokens) s[n][e] = -INFINITY;
 }
 
-/// New running max of the thread's two rows over the raw scores of the tile (reduced over the
-/// row's quad), the exponent offset m_use to subtract, and alpha = 2^(m_old - m_use), the factor
-/// of the earlier O and l.
-template <int NT_S>
-__device__ __forceinline__ void online_max(const float (&s)[NT_S][4], float (&m_run)[2],
+/// How far (log2 units) a row's tile max may exceed its running max before the warp rescales.
+inline constexpr float kRescaleSlack = 8.f;
+
+/// f folded over v[0, N) as a balanced tree (depth log2 N instead of N); the result in v[0].
+template <int N, class F>
+__device__ __forceinline__ void tree_fold(float (&v)[N], F f) {
+#pragma unroll
+  for (int w = 1; w < N; w *= 2)
+#pragma unroll
+    for (int n = 0; n + w < N; n += 2 * w) v[n] = f(v[n], v[n + w]);
+}
+
+/// The tile max of the thread's two rows (reduced over the row's quad, scaled) and the new running
+/// max m_run = max(m_run, tile max) of each row, with alpha = 2^(m_old - m_use), the factor of the
+/// earlier O and l, and m_use the exponent offset to subtract (0 for a row that has seen nothing);
+/// returns true. kLazy: only when some row of the warp exceeds its m_run by more than
+/// kRescaleSlack; otherwise m_run stays, alpha = 1 and it returns false (warp-uniform).
+template <int NT_S, bool kLazy>
+__device__ __forceinline__ bool online_max(const float (&s)[NT_S][4], float (&m_run)[2],
                                            float scale_log2, float (&m_use)[2], float (&alpha)[2]) {
+  float mx[2];
+  bool grow = false;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    float mx = -INFINITY;
+    float v[NT_S];
 #pragma unroll
-    for (int n = 0; n < NT_S; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    mx = fmaxf(m_run[i], mx * scale_log2);
-    m_use[i] = mx == -INFINITY ? 0.f : mx;  // a row that saw nothing yet stays empty
-    alpha[i] = fast_exp2(m_run[i] - m_use[i]);
-    m_run[i] = mx;
+    for (int n = 0; n < NT_S; ++n) v[n] = fmaxf(s[n][2 * i], s[n][2 * i + 1]);
+    tree_fold(v, [](float x, float y) { return fmaxf(x, y); });
+    float m = fmaxf(v[0], __shfl_xor_sync(0xffffffffu, v[0], 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    mx[i] = m * scale_log2;
+    grow |= mx[i] > m_run[i] + kRescaleSlack;  // -inf + slack = -inf: a first score grows
   }
+  const bool rescale = !kLazy || __any_sync(0xffffffffu, grow);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (rescale) {
+      const float m = fmaxf(m_run[i], mx[i]);
+      alpha[i] = fast_exp2(m_run[i] - (m == -INFINITY ? 0.f : m));
+      m_run[i] = m;
+    } else {
+      alpha[i] = 1.f;
+    }
+    m_use[i] = m_run[i] == -INFINITY ? 0.f : m_run[i];  // a row that saw nothing yet stays empty
+  }
+  return rescale;
 }
 
 /// s <- p = 2^(s scale_log2 - m_use) in place; row_sum = the thread's sum of p per row.
 template <int NT_S>
 __device__ __forceinline__ void exp_scores(float (&s)[NT_S][4], const float (&m_use)[2],
                                            float scale_log2, float (&row_sum)[2]) {
-  row_sum[0] = row_sum[1] = 0.f;
+  float sum0[NT_S], sum1[NT_S];
 #pragma unroll
   for (int n = 0; n < NT_S; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[n][e] = fast_exp2(fmaf(s[n][e], scale_log2, -m_use[e >> 1]));
-    row_sum[0] += s[n][0] + s[n][1];
-    row_sum[1] += s[n][2] + s[n][3];
+    sum0[n] = s[n][0] + s[n][1];
+    sum1[n] = s[n][2] + s[n][3];
   }
+  const auto add = [](float x, float y) { return x + y; };
+  tree_fold(sum0, add);
+  tree_fold(sum1, add);
+  row_sum[0] = sum0[0];
+  row_sum[1] = sum1[0];
 }
 
 /// P rounded to the dtype, column pairs packed: the A fragments of O += P V (k16 step kk is
@@ -83,12 +120,15 @@ __device__ __forceinline__ void pack_p(const float (&s)[NT_S][4], uint32_t (&p)[
   }
 }
 
-/// l <- l alpha + row_sum and O <- O alpha for the thread's two rows.
+/// l <- l alpha + row_sum for the thread's two rows, and O <- O alpha when online_max rescaled
+/// (its result; alpha = 1 otherwise).
 template <int NT_O>
 __device__ __forceinline__ void rescale_state(float (&o)[NT_O][4], float (&l_run)[2],
-                                              const float (&alpha)[2], const float (&row_sum)[2]) {
+                                              const float (&alpha)[2], const float (&row_sum)[2],
+                                              bool rescale) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) l_run[i] = l_run[i] * alpha[i] + row_sum[i];
+  if (!rescale) return;
 #pragma unroll
   for (int n = 0; n < NT_O; ++n) {
     o[n][0] *= alpha[0];

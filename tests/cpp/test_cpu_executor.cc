@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "test_tree_util.h"
 #include "treeattn/common/half.h"
 #include "treeattn/cpu/compare.h"
 #include "treeattn/cpu/executor.h"
@@ -240,6 +241,35 @@ TEST(OracleSample, EqualsTheFullOracleOnTheSampledQueries) {
         for (size_t h = 0; h < 8; ++h) ASSERT_EQ(s.lse[i * 8 + h], ref_lse[q * 8 + h]) << q;
       }
     }
+}
+
+TEST(OracleSample, UsesTheSpecsSoftmaxScale) {
+  const PrefixTree t = tree_from_levels(parse_levels("N=1,4 C=70,9"));
+  RandomInputSpec spec{8, 2, 64, false, 23};
+  const RandomInputs data = random_inputs(t, 8, 2, 64, false, 23);
+  for (const float scale : {0.f, 0.125f, 1.5f}) {
+    spec.sm_scale = scale;
+    const OracleSample s = oracle_sample(t, spec, 4);
+    std::vector<double> ref(t.num_queries() * 8 * 64), ref_lse(t.num_queries() * 8);
+    reference_attention(t,
+                        host_inputs(data.q.data(), data.k.data(), data.v.data(), 8, 2, 64, scale),
+                        s.queries, ref.data(), ref_lse.data());
+    ASSERT_EQ(s.queries.size(), 4u);
+    for (size_t i = 0; i < s.queries.size(); ++i) {
+      const size_t q = static_cast<size_t>(s.queries[i]);
+      for (size_t e = 0; e < 8 * 64; ++e) ASSERT_EQ(s.out[i * 8 * 64 + e], ref[q * 8 * 64 + e]);
+      for (size_t h = 0; h < 8; ++h) ASSERT_EQ(s.lse[i * 8 + h], ref_lse[q * 8 + h]) << scale;
+    }
+  }
+  // 1.5 is not the default 1/8: the LSEs differ
+  spec.sm_scale = 0.f;
+  const OracleSample d = oracle_sample(t, spec, 4);
+  spec.sm_scale = 1.5f;
+  EXPECT_NE(oracle_sample(t, spec, 4).lse, d.lse);
+  for (const float bad : {-1.f, std::nanf(""), INFINITY}) {
+    spec.sm_scale = bad;
+    testing_util::expect_invalid([&] { oracle_sample(t, spec, 4); }, {"sm_scale"});
+  }
 }
 
 TEST(OracleSample, StopsBeforeTheWorkBound) {

@@ -30,6 +30,10 @@ struct RandomInputSpec {
   /// standing for k_scale x stored (v likewise): the oracle sees those dequantized values.
   KvDType kv_dtype = KvDType::kSame;
   float k_scale = 1.f, v_scale = 1.f;
+  /// The softmax scale of the problem (0: 1/sqrt(head_dim)): oracle_sample's reference uses it and
+  /// DeviceInputs::fill sets DecodeArgs::sm_scale to it. A large one makes the scores of a row
+  /// spread over many powers of two (the kernels' lazy rescale then runs mid-item).
+  float sm_scale = 0.f;
 };
 
 struct RandomValueStream {
@@ -58,7 +62,7 @@ struct RandomValueStream {
 /// `page_size` tokens. Throws std::invalid_argument naming "num_qo_heads", "num_kv_heads",
 /// "head_dim", "num_queries", "num_pages" or "page_size" when one is < 1 (< 0 for the counts),
 /// "kv_dtype" when it is not a KvDType, "k_scale" / "v_scale" when an fp8 spec's scale is not
-/// finite and > 0.
+/// finite and > 0, "sm_scale" when it is not finite and >= 0.
 inline RandomValueStream random_value_stream(const RandomInputSpec& spec, int64_t num_queries,
                                              int64_t num_pages, int64_t page_size) {
   TA_CHECK_ARG(spec.num_qo_heads >= 1, "num_qo_heads", "must be >= 1, got ", spec.num_qo_heads);
@@ -75,6 +79,8 @@ inline RandomValueStream random_value_stream(const RandomInputSpec& spec, int64_
     TA_CHECK_ARG(std::isfinite(spec.v_scale) && spec.v_scale > 0.f, "v_scale",
                  "must be finite and > 0, got ", spec.v_scale);
   }
+  TA_CHECK_ARG(std::isfinite(spec.sm_scale) && spec.sm_scale >= 0.f, "sm_scale",
+               "must be finite and >= 0 (0: 1/sqrt(head_dim)), got ", spec.sm_scale);
   RandomValueStream s;
   s.origin = spec.seed * 0xD1B54A32D192ED03ull + 0x5DEECE66Dull;
   s.q_elems = static_cast<uint64_t>(num_queries) * spec.num_qo_heads * spec.head_dim;

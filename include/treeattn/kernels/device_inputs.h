@@ -56,11 +56,12 @@ class DeviceInputs {
   /// Writes random_inputs(tree, spec...)'s q, k and v on the device in `layout` (on `stream`,
   /// then waits) and points `args` at them, at out and (with_lse) at lse; for an fp8
   /// spec.kv_dtype, K/V are written in fp8 (fill_random_values_fp8) and args.kv_dtype, k_scale
-  /// and v_scale point at device copies of the spec's scales. The other fields of
-  /// `args` are left as they are. The first call allocates the buffers; later ones reuse them (a
-  /// graph captured around a run keeps pointing at them) and throw std::invalid_argument naming
-  /// "tree" when its inputs or outputs need more room than the first call's. Throws
-  /// std::invalid_argument naming a field of `spec`, std::runtime_error with a CUDA error.
+  /// and v_scale point at device copies of the spec's scales; args.sm_scale = spec.sm_scale. The
+  /// other fields of `args` are left as they are. The first call allocates the buffers; later ones
+  /// reuse them (a graph captured around a run keeps pointing at them) and throw
+  /// std::invalid_argument naming "tree" when its inputs or outputs need more room than the first
+  /// call's. Throws std::invalid_argument naming a field of `spec`, std::runtime_error with a CUDA
+  /// error.
   void fill(const PrefixTree& tree, const RandomInputSpec& spec, KvLayout layout, bool with_lse,
             cudaStream_t stream = nullptr);
 

@@ -157,6 +157,7 @@ __device__ __forceinline__ void consume(const KernelParams& p, const DeviceItem&
     };
     // S(t) is complete: hide scores, release K and the mask words, new max, p = 2^(...) in place
     float m_use[2], alpha[2], row_sum[2];
+    bool rescale = false;
     auto softmax_front = [&] {
       wgmma_fence_regs(s_acc);
       const int tile_tok = t * BN;
@@ -166,7 +167,7 @@ __device__ __forceinline__ void consume(const KernelParams& p, const DeviceItem&
         tail_scores<NT_S>(s_acc, tile_tok, item.kv_tokens, t4);
       __syncwarp();
       if (lane == 0) mbar_arrive(bars.empty_k(s));
-      online_max<NT_S>(s_acc, st.m, scale_log2, m_use, alpha);
+      rescale = online_max<NT_S, true>(s_acc, st.m, scale_log2, m_use, alpha);
       exp_scores<NT_S>(s_acc, m_use, scale_log2, row_sum);
     };
     auto pv_done = [&] {
@@ -196,7 +197,7 @@ __device__ __forceinline__ void consume(const KernelParams& p, const DeviceItem&
         softmax_front();
       }
       release_v();
-      rescale_state<NT_O>(st.o, st.l, alpha, row_sum);
+      rescale_state<NT_O>(st.o, st.l, alpha, row_sum, rescale);
       pack_p<Traits, NT_S>(s_acc, p_frag);
     } else if (pv_pending) {
       take_turn();

@@ -17,6 +17,7 @@ std::string Case::describe() const {
   os << "planner=" << planner << (bf16 ? " bf16" : " fp16") << " heads=" << num_qo_heads << "/"
      << num_kv_heads << " dim=" << head_dim << (combined_kv ? " combined-kv" : "")
      << " seed=" << seed;
+  if (sm_scale != 0.f) os << " sm_scale=" << sm_scale;
   if (kv_dtype != KvDType::kSame)
     os << " kv=" << kv_dtype_name(kv_dtype) << " k_scale=" << k_scale << " v_scale=" << v_scale;
   return os.str();
@@ -35,6 +36,7 @@ void fill_inputs(const PrefixTree& tree, const Case& c, uint64_t seed, CaseInput
     spec.kv_dtype = c.kv_dtype;
     spec.k_scale = c.k_scale;
     spec.v_scale = c.v_scale;
+    spec.sm_scale = c.sm_scale;
     in->fill(tree, spec, c.combined_kv ? KvLayout::kCombined : KvLayout::kSplit, c.with_lse);
   } catch (const std::exception& e) {
     FAIL() << "DeviceInputs::fill threw: " << e.what();

@@ -6,7 +6,8 @@
 // determinism across runs and grid sizes (headroom 1 and 3); kAuto's choice per class and a plan
 // running on both kernels; a small case for compute-sanitizer (WsGpu.SanitizerSmall); an fp8 KV
 // cache (the producer converts) on every grouped class, masked and wrapping the stage ring, with
-// K/V scales that saturate e4m3 and large ones. Every
+// K/V scales that saturate e4m3 and large ones; large softmax scales, under which the lazy rescale
+// of O runs mid-item, on both kernels. Every
 // query's output is poisoned first and every element checked against the float64 oracle
 // (compare_to_oracle: NaN fails). The suites skip where the kernel cannot run (no sm_90 device, or
 // a build without sm_90a code).
@@ -255,6 +256,36 @@ TEST(WsGpu, LongItemsWrapTheStageRing) {
   // more than twice the tiles of each stage ring (kM64: 6 or 8 stages of 64 tokens; kM128: 2 or 6
   // of 128), so every stage's barriers go through both phase parities more than once
   root_items_check({2100}, {16, 32}, {64, 128}, 1500);
+}
+
+TEST(WsGpu, LargeLogitsRescaleMidItem) {
+  TA_REQUIRE_WS();
+  // Softmax scales of 1 and 0.4 (the default is 1/sqrt(head_dim)): a row's scaled scores spread
+  // over 10-20 powers of two, so some tiles after the first raise a row's max by more than the
+  // lazy rescale's slack (softmax.cuh) and the warp rescales O mid-item, while the others keep the
+  // stale max. Both kernels (the mma.sync / wgmma one rescales every tile); kM64 and kM128 root
+  // items (node: 16 and 32 queries x 4 heads) long enough to wrap the stage ring.
+  const char* kNodes[] = {"N=1,16 C=2100,5", "N=1,32 C=2100,5", "N=1,32 C=700,300"};
+  GroupedItems seen;
+  int idx = 0;
+  for (const GroupedKernel kernel : {GroupedKernel::kWarpSpecialized, GroupedKernel::kLegacy}) {
+    set_grouped_kernel(kernel);
+    for (const char* nodes : kNodes)
+      for (const int dim : {64, 128}) {
+        LevelsCase lc = levels_case(line(nodes, 32, 8, dim, idx % 2 == 0 ? 16 : 1).c_str(), "node",
+                                    idx % 2 == 1, 1900 + idx);
+        lc.c.sm_scale = idx % 3 == 0 ? 0.4f : 1.f;
+        lc.c.seed = 1950 + idx;
+        lc.c.sample_queries = 1 << 20;  // every query
+        SCOPED_TRACE(std::string(nodes) + (kernel == GroupedKernel::kLegacy ? " legacy" : " ws"));
+        seen.add(make_case_plan(lc.tree, lc.c));
+        plan_run_check(lc.tree, lc.c);
+        ++idx;
+      }
+  }
+  set_grouped_kernel(GroupedKernel::kLegacy);
+  EXPECT_GT(seen.m64, 0);
+  EXPECT_GT(seen.m128, 0);
 }
 
 TEST(WsGpu, Fp8KvCacheEveryGroupedClass) {
