@@ -483,7 +483,7 @@ TEST(DeviceInfo, Presets) {
   EXPECT_EQ(device_preset("A100").num_sms, 108);
   EXPECT_EQ(device_preset("h100").num_sms, 132);
   EXPECT_DOUBLE_EQ(device_preset("h100").hbm_read_GBps, 3040.0);
-  EXPECT_DOUBLE_EQ(device_preset("h200").hbm_read_GBps, 4200.0);
+  EXPECT_DOUBLE_EQ(device_preset("h200").hbm_read_GBps, 4500.0);
   EXPECT_EQ(device_preset("a100").smem_per_sm_bytes, 164 * 1024);
   try {
     device_preset("v100");
