@@ -8,20 +8,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "test_planners_util.h"
 #include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/levels.h"
 
 namespace treeattn {
 namespace {
-
-PlanShape shape_16_1() {
-  PlanShape s;
-  s.num_qo_heads = 16;
-  s.num_kv_heads = 1;
-  s.head_dim = 128;
-  return s;
-}
 
 /// One short kM16 item (one CTA): its time is its overhead plus a little streaming.
 ItemSummary one_item(TileClass tile = TileClass::kM16) {
@@ -33,7 +26,7 @@ ItemSummary one_item(TileClass tile = TileClass::kM16) {
 }
 
 double est(const DeviceInfo& d, const ItemSummary* items, size_t n, const MergeSummary& m = {}) {
-  return estimate_items_us(d, shape_16_1(), items, n, m);
+  return estimate_items_us(d, testing_util::plan_shape(16, 1, 128), items, n, m);
 }
 
 TEST(CostLatency, OffIgnoresTheLatencyFields) {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "test_planners_util.h"
 #include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/tile_policy.h"
@@ -15,22 +16,11 @@
 namespace treeattn {
 namespace {
 
-PlanShape shape(int head_dim = 128) {
-  PlanShape s;
-  s.num_qo_heads = 32;
-  s.num_kv_heads = 8;
-  s.head_dim = head_dim;
-  return s;
-}
+PlanShape shape(int head_dim = 128) { return testing_util::plan_shape(32, 8, head_dim); }
 
 /// `count` kM128 items of 128 packed rows (32 queries x 4 heads) over `kv` tokens.
-ItemSummary m128_items(int64_t count, int64_t kv) {
-  ItemSummary it;
-  it.rows = 32;
-  it.kv_tokens = kv;
-  it.tile = TileClass::kM128;
-  it.count = count;
-  return it;
+ItemSummary m128_items(int64_t count, int32_t kv) {
+  return testing_util::item_summary(TileClass::kM128, 32, kv, count);
 }
 
 /// The h100 preset with the new terms off, so each test turns on the one it checks.

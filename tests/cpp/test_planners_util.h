@@ -1,5 +1,6 @@
-// Helpers shared by the planner tests: the planner list, GQA shapes, and a float64 check of a
-// plan on the CPU executor for a sample of queries.
+// Helpers shared by the planner and cost-model tests: the planner list, GQA shapes, plan shapes
+// and cost-model item summaries, and a float64 check of a plan on the CPU executor for a sample of
+// queries.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "treeattn/cpu/executor.h"
 #include "treeattn/cpu/random_inputs.h"
 #include "treeattn/cpu/reference.h"
+#include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"
 
@@ -28,6 +30,25 @@ struct Gqa {
 inline const std::vector<Gqa>& gqa_shapes() {
   static const std::vector<Gqa> s = {{32, 8}, {32, 32}, {16, 1}, {28, 4}, {64, 8}};
   return s;
+}
+
+/// A PlanShape of `qo` / `kv` heads and `head_dim` (the other fields at their defaults).
+inline PlanShape plan_shape(int32_t qo, int32_t kv, int32_t head_dim) {
+  PlanShape s;
+  s.num_qo_heads = qo;
+  s.num_kv_heads = kv;
+  s.head_dim = head_dim;
+  return s;
+}
+
+/// `count` identical cost-model items of `rows` queries over `kv` tokens in tile class `tile`.
+inline ItemSummary item_summary(TileClass tile, int32_t rows, int32_t kv, int64_t count) {
+  ItemSummary it;
+  it.rows = rows;
+  it.kv_tokens = kv;
+  it.tile = tile;
+  it.count = count;
+  return it;
 }
 
 /// Runs `plan` on the CPU executor for `sample` random queries (all when the tree has fewer) and

@@ -23,14 +23,19 @@
 // kernels decide), its CTAs take tile_latency_ws_m128_us and mma_efficiency_ws_m128 instead.
 //
 // A plan's time: LPT (longest CTA first onto the least-loaded slot) over num_sms x slots-per-SM
-// gives the makespan, raised to the global bound max(unique bytes / HBM bandwidth, the FLOPs of
-// each class at its tensor-core rate, summed, KV bytes read / L2 bandwidth); then
-// launch_overhead_us per attention launch (one per non-empty tile class) and, when there are
-// partial slots, merge_launch_us plus the merge pass: the larger of its bytes (partials read,
-// merged outputs written) at full HBM bandwidth and the serial chain of one merge CTA (the mean
-// merge-list length x passes x merge_slot_us). The DeviceInfo defaults (no latency floor, merge
-// launch = launch overhead) give the original uncalibrated model. Deterministic, O(C log C) in
-// CTAs.
+// slots gives the makespan, except for kM128 CTAs that fill an SM (m128_ctas_per_sm): their class
+// launches last and PDL starts it once every earlier CTA has been dispatched, and a CTA that needs
+// the SM's whole register file starts only when one SM has drained; so they are scheduled after
+// all the others, each onto the SM that drains first. (kM16 and kM64 CTAs share an SM, so their
+// launch order matters less: ordering them class by class too measured worse, bench/NOTES.md.)
+// That makespan is then raised to the
+// global bound max(unique bytes / HBM bandwidth, the FLOPs of each class at its tensor-core rate,
+// summed, KV bytes read / L2 bandwidth); then launch_overhead_us per attention launch (one per
+// non-empty tile class) and, when there are partial slots, merge_launch_us plus the merge pass: the
+// larger of its bytes (partials read, merged outputs written) at full HBM bandwidth and the serial
+// chain of one merge CTA (the mean merge-list length x passes x merge_slot_us). The DeviceInfo
+// defaults (no latency floor, merge launch = launch overhead) give the original uncalibrated model.
+// Deterministic, O(C log C) in CTAs.
 //
 // With DeviceInfo::latency_terms the plan's fixed terms follow the call's critical path instead:
 // first_launch_us, then pdl_launch_us for each further attention kernel (PDL starts it while the
@@ -126,38 +131,55 @@ struct CtaModel {
   double tile_lat[kNumTileClasses] = {0, 0, 0};
 };
 
-/// LPT makespan of `runs` (CTA time, how many CTAs) over `slots` identical slots.
-double lpt_makespan(std::vector<std::pair<double, int64_t>>* runs, int64_t slots) {
-  std::sort(runs->begin(), runs->end(),
-            [](const auto& a, const auto& b) { return a.first > b.first; });
-  thread_local std::vector<double> heap;
+/// CTAs of one (class, time).
+struct CtaRun {
+  int cls;    ///< tile class: the launch order
+  double us;  ///< one CTA's time
+  int64_t n;  ///< CTAs
+};
+
+/// Makespan of `runs` over `sms` x `spm` slots, longest CTA first onto the least-loaded slot
+/// (LPT); slot s is on SM s % sms, so ties fill the SMs breadth first, as the block scheduler
+/// does. With chunk > 1 a kM128 CTA fills `chunk` slots of one SM: those CTAs come after all the
+/// others (their class launches last, once every earlier CTA has been dispatched) and each starts
+/// when the `chunk` slots of one SM are all free.
+double dispatch_makespan(std::vector<CtaRun>* runs, int64_t sms, int64_t spm, int64_t chunk) {
+  std::sort(runs->begin(), runs->end(), [chunk](const CtaRun& a, const CtaRun& b) {
+    const bool wa = chunk > 1 && a.cls == 2, wb = chunk > 1 && b.cls == 2;
+    return wa != wb ? wb : a.us > b.us;
+  });
+  using Slot = std::pair<double, int64_t>;  // (busy until, slot)
+  const auto later = std::greater<Slot>();
+  thread_local std::vector<Slot> heap;
   heap.clear();
+  for (int64_t i = 0; i < sms * spm; ++i) heap.push_back({0.0, i});  // sorted: a min-heap
   double makespan = 0;
-  const auto greater = std::greater<double>();
-  for (const auto& [us, n] : *runs) {
-    for (int64_t k = 0; k < n; ++k) {
-      if (static_cast<int64_t>(heap.size()) < slots) {
-        heap.push_back(us);
-        std::push_heap(heap.begin(), heap.end(), greater);
-        makespan = std::max(makespan, us);
-        continue;
-      }
-      const double end = heap[0] + us;
-      makespan = std::max(makespan, end);
-      // Replace the least-loaded slot's load by `end` and restore the min-heap.
-      const size_t size = heap.size();
-      size_t i = 0;
-      for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= size) break;
-        if (c + 1 < size && heap[c + 1] < heap[c]) ++c;
-        if (!(heap[c] < end)) break;
-        heap[i] = heap[c];
-        i = c;
-      }
-      heap[i] = end;
+  auto place = [&](const CtaRun& run) {
+    for (int64_t k = 0; k < run.n; ++k) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      heap.back().first += run.us;
+      makespan = std::max(makespan, heap.back().first);
+      std::push_heap(heap.begin(), heap.end(), later);
     }
-  }
+  };
+  size_t r = 0;
+  for (; r < runs->size() && !(chunk > 1 && (*runs)[r].cls == 2); ++r) place((*runs)[r]);
+  if (r == runs->size()) return makespan;
+  // the SM-filling CTAs: one slot per chunk of `chunk` slots of an SM, free when all of them are
+  thread_local std::vector<double> busy;
+  busy.assign(static_cast<size_t>(sms * spm), 0.0);
+  for (const Slot& sl : heap) busy[static_cast<size_t>(sl.second)] = sl.first;
+  heap.clear();
+  const int64_t per_sm = spm / chunk;
+  for (int64_t c = 0; c < per_sm; ++c)
+    for (int64_t sm = 0; sm < sms; ++sm) {
+      double t = 0;
+      for (int64_t j = c * chunk; j < (c + 1) * chunk; ++j)
+        t = std::max(t, busy[static_cast<size_t>(j * sms + sm)]);
+      heap.push_back({t, c * sms + sm});
+    }
+  std::make_heap(heap.begin(), heap.end(), later);
+  for (; r < runs->size(); ++r) place((*runs)[r]);
   return makespan;
 }
 
@@ -238,7 +260,7 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   const CtaModel model(dev, s, wide, all_items * kv_heads, ws_m128);
   const int64_t nslots = std::max<int64_t>(1, dev.num_sms * slots_per_sm(dev, wide));
 
-  thread_local std::vector<std::pair<double, int64_t>> runs;  // (CTA us, items)
+  thread_local std::vector<CtaRun> runs;  // (class, CTA us, items)
   runs.clear();
   // Totals of integer-valued doubles (exact below 2^53), so they do not depend on item order.
   double total_bytes = 0, total_kv_bytes = 0, sum_us = 0, max_us = 0;
@@ -254,13 +276,13 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
         it.mma_fraction != prev->mma_fraction) {
       c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens, it.masked,
                 it.mma_fraction);
-      runs.emplace_back(c.us, 0);
+      runs.push_back({static_cast<int>(it.tile), c.us, 0});
       used_class[static_cast<int>(it.tile)] = true;
       max_us = std::max(max_us, c.us);
       prev = &it;
     }
-    const int64_t w = model.weight[static_cast<int>(it.tile)];
-    runs.back().second += it.count * w;  // a CTA taking w slots: w entries of its time
+    const int64_t w = model.weight[static_cast<int>(it.tile)];  // slots a CTA takes
+    runs.back().n += it.count;
     sum_us += c.us * static_cast<double>(it.count * w);
     total_bytes += c.bytes * static_cast<double>(kv_heads * it.count);
     total_kv_bytes += c.kv_bytes * static_cast<double>(kv_heads * it.count);
@@ -293,8 +315,8 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
                                 : dev.merge_launch_us) +
              std::max(bytes / bw, chain);
   }
-  // LPT makespan >= max(longest CTA, total CTA time / slots): skip the LPT when even that bound
-  // cannot beat prune_above.
+  // The makespan >= max(longest CTA, total CTA time / slots): skip the scheduling when even that
+  // bound cannot beat prune_above.
   // HBM bytes: every CTA's, with its KV counted once per unique token when the shape knows them
   const double unique_kv =
       static_cast<double>(s.unique_kv_tokens) * kv_heads * s.head_dim * 2.0 * s.kv_dtype_bytes;
@@ -306,12 +328,16 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   const double bound =
       std::max({max_us, sum_us * static_cast<double>(kv_heads) / nslots, global}) + fixed;
   if (bound > prune_above * (1 + 1e-9)) return bound;
-  // With kv_heads dividing the slots, the kv_heads copies of every item land on identical slot
-  // groups: LPT over slots / kv_heads groups, one copy each, is exact.
-  const bool grouped = nslots % kv_heads == 0;
+  // kM128 CTAs that fill an SM (weight > 1) wait for one whole SM: scheduled over the SMs' slots.
+  // Otherwise, with kv_heads dividing the slots, the kv_heads copies of every item land on
+  // identical slot groups: scheduling over slots / kv_heads groups, one copy each, is exact.
+  const int64_t chunk = used_class[2] ? model.weight[2] : 1;
+  const bool grouped = chunk == 1 && nslots % kv_heads == 0;
   if (!grouped)
-    for (auto& run : runs) run.second *= kv_heads;
-  const double makespan = lpt_makespan(&runs, grouped ? nslots / kv_heads : nslots);
+    for (auto& run : runs) run.n *= kv_heads;
+  const double makespan =
+      grouped ? dispatch_makespan(&runs, nslots / kv_heads, 1, 1)
+              : dispatch_makespan(&runs, dev.num_sms, slots_per_sm(dev, wide), chunk);
   return std::max(makespan, global) + fixed;
 }
 

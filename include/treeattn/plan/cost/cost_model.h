@@ -1,6 +1,6 @@
 // Cost model shared by every planner and the statistics: per-item time on one SM from HBM bytes,
-// tensor-core FLOPs with tile padding and a fixed per-CTA cost; makespan by LPT over the SMs'
-// CTA slots; plus launches and the merge pass.
+// tensor-core FLOPs with tile padding and a fixed per-CTA cost; makespan of the CTAs in dispatch
+// order (class by class, longest first) over the SMs' CTA slots; plus launches and the merge pass.
 #pragma once
 
 #include <algorithm>
@@ -80,13 +80,14 @@ struct MergeSummary {
 };
 
 /// estimate_plan_us over item summaries and the plan's merge. When a lower bound of the result
-/// already exceeds `prune_above` (by a relative 1e-9), that bound is returned without the LPT
-/// (still > prune_above).
+/// already exceeds `prune_above` (by a relative 1e-9), that bound is returned without the
+/// scheduling (still > prune_above).
 double estimate_items_us(const DeviceInfo& dev, const PlanShape& shape, const ItemSummary* items,
                          size_t num_items, const MergeSummary& merge,
                          double prune_above = std::numeric_limits<double>::infinity());
 
-/// Makespan in microseconds of a whole plan: LPT over num_sms * ctas_per_sm slots with per-slot
+/// Makespan in microseconds of a whole plan: the CTAs in dispatch order (class by class in launch
+/// order, longest first within a class) over num_sms * ctas_per_sm slots with per-slot
 /// bandwidth share, plus launches and the merge (or, with DeviceInfo::latency_terms, the call's
 /// critical path: first launch, the attention kernels overlapped by PDL, the dependent merge).
 double estimate_plan_us(const DeviceInfo& dev, const Plan& plan);
