@@ -3,12 +3,13 @@
 // domain: the running max m is kept scaled (m = max(s) * scale_log2, scale_log2 > 0 keeps the
 // order of the raw scores), and each p = 2^(s scale_log2 - m) is one FFMA and an ex2. Scores
 // hidden by a mask word or past the item are -inf, so p = 0; a row that has seen nothing keeps
-// m = -inf and uses 0 in the exponent (alpha = 0, p = 0).
+// m = -inf and uses 0 in the exponent (p = 0; alpha = 0 when it first rescales).
 // The warp-specialized kernel rescales lazily (kLazy): a warp keeps its rows' m while no row's tile
-// max exceeds it by more than kRescaleSlack, so p <= 2^kRescaleSlack (exact in fp16 / bf16 P and
-// fp32 O and l, since O, l and m stay consistent) and the tiles after the first few skip the
-// rescale of O. The thread's maxima and sums are reduced as trees (short dependency chains).
-// Shared by the mma.sync / wgmma kernel and the warp-specialized Hopper kernel.
+// max exceeds it by more than kRescaleSlack, so p <= 2^kRescaleSlack (no overflow in fp16 / bf16 P
+// or fp32 O and l; P rounds as before, and O, l and m stay consistent, so the result is the same
+// softmax) and the tiles after the first few skip the rescale of O. The thread's maxima and sums
+// are reduced as trees (short dependency chains). Shared by the mma.sync / wgmma kernel and the
+// warp-specialized Hopper kernel.
 #pragma once
 
 #include <cstdint>

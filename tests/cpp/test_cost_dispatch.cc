@@ -52,8 +52,8 @@ TEST(CostDispatch, AnSmFillingCtaWaitsForAFullWaveToDrain) {
   EXPECT_NEAR(estimate_items_us(d, s, both, 2, {}) - fixed_us(d, 2), t16 + t128,
               1e-9 * (t16 + t128));
 
-  // With no more CTAs than SMs, every CTA has an SM of its own from the start: the kM128 CTA runs
-  // beside the kM16 ones.
+  // With no more CTAs than SMs, every CTA has an SM of its own from the start (a kM128 CTA then
+  // takes one slot: the plain LPT path): the kM128 CTA runs beside the kM16 ones.
   const ItemSummary few16 = item_summary(TileClass::kM16, 1, 2048, d.num_sms - 1);
   const double t16_few = estimate_items_us(d, s, &few16, 1, {}) - fixed_us(d, 1);
   const ItemSummary sparse[] = {few16, m128};
@@ -77,7 +77,7 @@ TEST(CostDispatch, OneSlotPerKm128CtaIsPlainLpt) {
               1e-9 * t128);
 }
 
-TEST(CostDispatch, Km128CtasShareTheDrainedSmsLongestFirst) {
+TEST(CostDispatch, Km128CtasQueueOnTheDrainedSms) {
   const DeviceInfo d = latency_device();
   const PlanShape s = shape();
   const int64_t wide_slots = int64_t{d.num_sms} * d.wide_ctas_per_sm;

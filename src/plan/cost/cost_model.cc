@@ -35,7 +35,7 @@
 // larger of its bytes (partials read, merged outputs written) at full HBM bandwidth and the serial
 // chain of one merge CTA (the mean merge-list length x passes x merge_slot_us). The DeviceInfo
 // defaults (no latency floor, merge launch = launch overhead) give the original uncalibrated model.
-// Deterministic, O(C log C) in CTAs.
+// Deterministic, O(C log C + C log S + S) in CTAs C and slots S.
 //
 // With DeviceInfo::latency_terms the plan's fixed terms follow the call's critical path instead:
 // first_launch_us, then pdl_launch_us for each further attention kernel (PDL starts it while the
@@ -140,10 +140,11 @@ struct CtaRun {
 
 /// Makespan of `runs` over `sms` x `spm` slots, longest CTA first onto the least-loaded slot
 /// (LPT); slot s is on SM s % sms, so ties fill the SMs breadth first, as the block scheduler
-/// does. With chunk > 1 a kM128 CTA fills `chunk` slots of one SM: those CTAs come after all the
-/// others (their class launches last, once every earlier CTA has been dispatched) and each starts
-/// when the `chunk` slots of one SM are all free.
-double dispatch_makespan(std::vector<CtaRun>* runs, int64_t sms, int64_t spm, int64_t chunk) {
+/// does. With chunk > 1 a kM128 CTA fills `chunk` slots of one SM (at most `per_sm` of them on an
+/// SM at once): those CTAs come after all the others (their class launches last, once every
+/// earlier CTA has been dispatched) and each starts when the `chunk` slots of one SM are all free.
+double dispatch_makespan(std::vector<CtaRun>* runs, int64_t sms, int64_t spm, int64_t chunk,
+                         int64_t per_sm = 1) {
   std::sort(runs->begin(), runs->end(), [chunk](const CtaRun& a, const CtaRun& b) {
     const bool wa = chunk > 1 && a.cls == 2, wb = chunk > 1 && b.cls == 2;
     return wa != wb ? wb : a.us > b.us;
@@ -170,7 +171,7 @@ double dispatch_makespan(std::vector<CtaRun>* runs, int64_t sms, int64_t spm, in
   busy.assign(static_cast<size_t>(sms * spm), 0.0);
   for (const Slot& sl : heap) busy[static_cast<size_t>(sl.second)] = sl.first;
   heap.clear();
-  const int64_t per_sm = spm / chunk;
+  per_sm = std::max<int64_t>(1, std::min(per_sm, spm / chunk));
   for (int64_t c = 0; c < per_sm; ++c)
     for (int64_t sm = 0; sm < sms; ++sm) {
       double t = 0;
@@ -328,16 +329,18 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   const double bound =
       std::max({max_us, sum_us * static_cast<double>(kv_heads) / nslots, global}) + fixed;
   if (bound > prune_above * (1 + 1e-9)) return bound;
-  // kM128 CTAs that fill an SM (weight > 1) wait for one whole SM: scheduled over the SMs' slots.
-  // Otherwise, with kv_heads dividing the slots, the kv_heads copies of every item land on
-  // identical slot groups: scheduling over slots / kv_heads groups, one copy each, is exact.
+  // kM128 CTAs that fill an SM (weight > 1) wait for one whole SM: every CTA scheduled over the
+  // SMs' slots (kv_heads times the heap operations of the grouped path; planning time measured
+  // the same). Otherwise, with kv_heads dividing the slots, the kv_heads copies of every item land
+  // on identical slot groups: scheduling over slots / kv_heads groups, one copy each, is exact.
   const int64_t chunk = used_class[2] ? model.weight[2] : 1;
   const bool grouped = chunk == 1 && nslots % kv_heads == 0;
   if (!grouped)
     for (auto& run : runs) run.n *= kv_heads;
   const double makespan =
       grouped ? dispatch_makespan(&runs, nslots / kv_heads, 1, 1)
-              : dispatch_makespan(&runs, dev.num_sms, slots_per_sm(dev, wide), chunk);
+              : dispatch_makespan(&runs, dev.num_sms, slots_per_sm(dev, wide), chunk,
+                                  std::max<int64_t>(1, dev.m128_ctas_per_sm));
   return std::max(makespan, global) + fixed;
 }
 

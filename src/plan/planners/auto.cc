@@ -1,6 +1,6 @@
 // auto (ours): choose groups, KV splits and tiles to minimise the cost model's makespan
 // (estimate_plan_us on opts.device: HBM bytes unique/redundant/partial, tensor-core time with
-// tile padding, per-CTA fixed cost, LPT over the CTA slots, launches and the merge pass).
+// tile padding, per-CTA fixed cost, the schedule over the CTA slots, launches and the merge pass).
 //  1. Grouping, PAT's profit rule with the real cost model: nodes parent before child; node u
 //     holds a chain (its KV, plus its parent's chain when u was folded into it). For each child c
 //     compare, in CTA-time summed over the kv_heads CTAs and divided by the slots, plus the merge
@@ -20,7 +20,7 @@
 // with cost-only PlanBuilders (items' rows, KV tokens and tiles; no ranges or pages), whose cost
 // equals estimate_plan_us of the full plan; a candidate whose lower bound
 // (longest CTA, CTA time / slots, global bytes and FLOPs) cannot beat the best so far skips its
-// LPT. Only the winner is built as a full Plan.
+// schedule. Only the winner is built as a full Plan.
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -135,7 +135,7 @@ class AutoPlanner {
   }
 
   /// Scores every candidate with cost-only builders (a candidate whose lower bound already loses
-  /// skips its LPT), then builds only the winner.
+  /// skips its schedule), then builds only the winner.
   Plan run() {
     const ChainGroups cg = group();
     int64_t work = 0;

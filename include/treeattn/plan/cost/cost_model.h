@@ -1,6 +1,7 @@
 // Cost model shared by every planner and the statistics: per-item time on one SM from HBM bytes,
-// tensor-core FLOPs with tile padding and a fixed per-CTA cost; makespan of the CTAs in dispatch
-// order (class by class, longest first) over the SMs' CTA slots; plus launches and the merge pass.
+// tensor-core FLOPs with tile padding and a fixed per-CTA cost; makespan by LPT over the SMs' CTA
+// slots, with kM128 CTAs that fill an SM scheduled last onto drained SMs; plus launches and the
+// merge pass.
 #pragma once
 
 #include <algorithm>
@@ -86,8 +87,8 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& shape, const It
                          size_t num_items, const MergeSummary& merge,
                          double prune_above = std::numeric_limits<double>::infinity());
 
-/// Makespan in microseconds of a whole plan: the CTAs in dispatch order (class by class in launch
-/// order, longest first within a class) over num_sms * ctas_per_sm slots with per-slot
+/// Makespan in microseconds of a whole plan: LPT over num_sms x slots-per-SM slots (kM128 CTAs
+/// that fill an SM after all others, each onto the SM that drains first) with per-slot
 /// bandwidth share, plus launches and the merge (or, with DeviceInfo::latency_terms, the call's
 /// critical path: first launch, the attention kernels overlapped by PDL, the dependent merge).
 double estimate_plan_us(const DeviceInfo& dev, const Plan& plan);
