@@ -54,11 +54,13 @@ struct GroupedItems {
   }
 };
 
-/// plan_run_check of a level line on the warp-specialized kernel, every query checked.
+/// plan_run_check of a level line on the grouped kernel set_grouped_kernel() chose, every query
+/// checked, with softmax scale `sm_scale` (0: 1/sqrt(head_dim)).
 void ws_levels_check(const std::string& levels, const std::string& planner, bool bf16,
-                     uint64_t seed, GroupedItems* seen) {
+                     uint64_t seed, GroupedItems* seen, float sm_scale = 0.f) {
   LevelsCase lc = levels_case(levels.c_str(), planner.c_str(), bf16, seed);
   lc.c.seed = seed + 5000;
+  lc.c.sm_scale = sm_scale;
   lc.c.sample_queries = 1 << 20;  // every query, every element
   SCOPED_TRACE(levels + " planner=" + planner);
   if (seen != nullptr) seen->add(make_case_plan(lc.tree, lc.c));
@@ -273,14 +275,9 @@ TEST(WsGpu, LargeLogitsRescaleMidItem) {
     set_grouped_kernel(kernel);
     for (const char* nodes : kNodes)
       for (const int dim : {64, 128}) {
-        LevelsCase lc = levels_case(line(nodes, 32, 8, dim, idx % 2 == 0 ? 16 : 1).c_str(), "node",
-                                    idx % 2 == 1, 1900 + idx);
-        lc.c.sm_scale = idx % 3 == 0 ? 0.4f : 1.f;
-        lc.c.seed = 1950 + idx;
-        lc.c.sample_queries = 1 << 20;  // every query
-        SCOPED_TRACE(std::string(nodes) + (kernel == GroupedKernel::kLegacy ? " legacy" : " ws"));
-        seen.add(make_case_plan(lc.tree, lc.c));
-        plan_run_check(lc.tree, lc.c);
+        SCOPED_TRACE(kernel == GroupedKernel::kLegacy ? "legacy" : "ws");
+        ws_levels_check(line(nodes, 32, 8, dim, idx % 2 == 0 ? 16 : 1), "node", idx % 2 == 1,
+                        1900 + idx, &seen, idx % 3 == 0 ? 0.4f : 1.f);
         ++idx;
       }
   }
