@@ -6,13 +6,9 @@
 # own. Files back: summary.txt, allplanners-SET.json per set.
 #   SETS=pat OUT=... bash bench/ab/allplanners.sh     (repository root, on the device)
 set -u
-OUT=${OUT:-/tmp/allplanners}
-mkdir -p "$OUT"
-S="$OUT/summary.txt"
-: >"$S"
-T0=$(date +%s)
-left() { echo $((${DEADLINE:-540} - ($(date +%s) - T0))); }
-echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader); date: $(date -u +%FT%TZ)" | tee -a "$S"
+source bench/ab/common.sh
+ab_start /tmp/allplanners 540
+gpu_note
 if [[ ! -x build-final/treeattn ]]; then
   STAGES=build OUT=/tmp/b timeout -s KILL 200 bash bench/device_final.sh >/tmp/b.log 2>&1
   grep -E "^build" /tmp/b/summary.txt | tee -a "$S"

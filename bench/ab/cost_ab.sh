@@ -9,14 +9,9 @@
 # Files back: summary.txt, bench_old.json, bench_new.json.
 #   OUT=... bash bench/ab/cost_ab.sh     (repository root, on the device)
 set -u
-OUT=${OUT:-/tmp/cost_ab}
-mkdir -p "$OUT"
-S="$OUT/summary.txt"
-: >"$S"
-T0=$(date +%s)
-lim() { local l=$((${DEADLINE:-420} - ($(date +%s) - T0))); echo $((l < $1 ? (l > 1 ? l : 1) : $1)); }
-note() { echo "$*" | tee -a "$S"; }
-note "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader); date: $(date -u +%FT%TZ)"
+source bench/ab/common.sh
+ab_start /tmp/cost_ab 420
+gpu_note
 [[ -f ab-old/CMakeLists.txt ]] || { note "no ab-old/ tree"; exit 1; }
 build() {  # source dir, build dir
   cmake -S "$1" -B "$2" -G Ninja -DTREEATTN_BENCH=OFF -DTREEATTN_TESTS=OFF \

@@ -8,14 +8,9 @@
 # the GPU tests' build). Files back: summary.txt, bench_kreg0.json, bench_kreg1.json, tests.log,
 # bench.log.
 set -u
-OUT=${OUT:-/tmp/kreg_out}
-mkdir -p "$OUT"
-S="$OUT/summary.txt"
-: >"$S"
-T0=$(date +%s)
-lim() { local l=$((${DEADLINE:-540} - ($(date +%s) - T0))); echo $((l < $1 ? (l > 1 ? l : 1) : $1)); }
-note() { echo "$*" | tee -a "$S"; }
-note "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader); date: $(date -u +%FT%TZ)"
+source bench/ab/common.sh
+ab_start /tmp/kreg_out 540
+gpu_note
 # the GPU tests and the default CLI (KREG=1) through device_final.sh's build; the KREG=0 CLI beside
 (STAGES=build OUT=/tmp/b timeout -s KILL 330 bash bench/device_final.sh >/tmp/b.log 2>&1) &
 (cmake -S . -B build-kreg0 -G Ninja -DTREEATTN_BENCH=OFF -DTREEATTN_TESTS=OFF \

@@ -4,12 +4,9 @@
 # shared-prefix lines with --grouped-kernel legacy,auto in one process. Files back: summary.txt,
 # bench_fp8_ws.json, tests.log.
 set -u
-OUT=${OUT:-/tmp/fp8ws_out}
-mkdir -p "$OUT"
-S="$OUT/summary.txt"
-T0=$(date +%s)
+source bench/ab/common.sh
 # every step is killed at min(its own limit, what is left of DEADLINE [540] s since the start)
-lim() { local l=$((${DEADLINE:-540} - ($(date +%s) - T0))); echo $((l < $1 ? (l > 1 ? l : 1) : $1)); }
+ab_start /tmp/fp8ws_out 540
 # (device_final.sh exits nonzero even after a good build-only run: its last grep finds no bench.log)
 STAGES=build OUT=/tmp/b timeout -s KILL 330 bash bench/device_final.sh >/tmp/b.log 2>&1
 grep -E "^(build|sass)" /tmp/b/summary.txt | tee "$S"

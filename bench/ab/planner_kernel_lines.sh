@@ -8,12 +8,8 @@
 # planner_lines.json.
 #   OUT=... bash bench/ab/planner_kernel_lines.sh     (repository root, on the device)
 set -u
-OUT=${OUT:-/tmp/pl_out}
-mkdir -p "$OUT"
-S="$OUT/summary.txt"
-: >"$S"
-T0=$(date +%s)
-lim() { local l=$((${DEADLINE:-300} - ($(date +%s) - T0))); echo $((l < $1 ? (l > 1 ? l : 1) : $1)); }
+source bench/ab/common.sh
+ab_start /tmp/pl_out 300
 if [[ ! -x build-final/treeattn ]]; then
   STAGES=build OUT=/tmp/b timeout -s KILL 200 bash bench/device_final.sh >/tmp/b.log 2>&1
   grep -E "^(gpu|build)" /tmp/b/summary.txt | tee -a "$S"

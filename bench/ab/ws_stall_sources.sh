@@ -13,13 +13,10 @@
 # per-instruction tables, for ws_stall_report.py here).
 #   OUT=... bash bench/ab/ws_stall_sources.sh     (repository root, on the device)
 set -u
-OUT=${OUT:-/tmp/stall_out}
-mkdir -p "$OUT"
-S="$OUT/summary.txt"
+source bench/ab/common.sh
+ab_start /tmp/stall_out 540
 W=/tmp/stall_work
 mkdir -p "$W"
-T0=$(date +%s)
-lim() { local l=$((${DEADLINE:-540} - ($(date +%s) - T0))); echo $((l < $1 ? (l > 1 ? l : 1) : $1)); }
 if [[ ! -x build-final/treeattn ]]; then
   STAGES=build OUT=/tmp/b timeout -s KILL 330 bash bench/device_final.sh >/tmp/b.log 2>&1
   grep -E "^(gpu|build)" /tmp/b/summary.txt | tee "$S"
