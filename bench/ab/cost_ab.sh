@@ -6,7 +6,8 @@
 # ratio within this call. For a cost-model or planner change the plans differ and the kernels are
 # the same; for a kernel change the plans are the same. Listed per set: every line whose plan
 # changed or whose time moved by more than 3%. The whole call stays under DEADLINE [420] s.
-# Files back: summary.txt, bench_old.json, bench_new.json.
+# Files back: summary.txt, bench_old.json, bench_new.json. NEW=DIR takes the new CLI from DIR (e.g.
+# build-final after bench/device_final.sh built it in the same call) instead of building it again.
 #   OUT=... bash bench/ab/cost_ab.sh     (repository root, on the device)
 set -u
 source bench/ab/common.sh
@@ -17,7 +18,12 @@ build() {  # source dir, build dir
   cmake -S "$1" -B "$2" -G Ninja -DTREEATTN_BENCH=OFF -DTREEATTN_TESTS=OFF \
     -DTREEATTN_CUDA_ARCHS=90a >"$2.log" 2>&1 && timeout -s KILL 300 ninja -C "$2" -j8 treeattn >>"$2.log" 2>&1
 }
-build . build-new & build ab-old build-old & wait
+if [[ -n ${NEW:-} && -x ${NEW}/treeattn ]]; then
+  rm -rf build-new && ln -s "$NEW" build-new
+  build ab-old build-old
+else
+  build . build-new & build ab-old build-old & wait
+fi
 for b in build-new build-old; do
   [[ -x $b/treeattn ]] || { note "$b failed"; tail -20 $b.log >>"$S"; exit 1; }
 done

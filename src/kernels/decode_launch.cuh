@@ -154,11 +154,17 @@ Status launch_plan_impl(const KernelParams& p, const PlanLayout& layout, cudaStr
         tile::merge_heads_per_cta(kHeadDim, deep ? tile::kMergeSplitDeep : tile::kMergeSplitWide);
     const dim3 grid(static_cast<unsigned>(layout.queries),
                     static_cast<unsigned>((layout.num_qo_heads + per - 1) / per));
-    cudaError_t err =
-        deep ? launch_pdl(&decode_merge_kernel<kDType, kHeadDim, tile::kMergeSplitDeep>, grid,
-                          dim3(kMergeThreads), 0, stream, p)
-             : launch_pdl(&decode_merge_kernel<kDType, kHeadDim, tile::kMergeSplitWide>, grid,
-                          dim3(kMergeThreads), 0, stream, p);
+    auto merge = [&](auto split, auto half) {
+      return launch_pdl(
+          &decode_merge_kernel<kDType, kHeadDim, decltype(split)::value, decltype(half)::value>,
+          grid, dim3(kMergeThreads), 0, stream, p);
+    };
+    using Deep = std::integral_constant<int, tile::kMergeSplitDeep>;
+    using Wide = std::integral_constant<int, tile::kMergeSplitWide>;
+    using Half = std::true_type;
+    using Full = std::false_type;
+    cudaError_t err = deep ? (p.half_partials ? merge(Deep{}, Half{}) : merge(Deep{}, Full{}))
+                           : (p.half_partials ? merge(Wide{}, Half{}) : merge(Wide{}, Full{}));
     if (err == cudaSuccess) err = cudaGetLastError();
     if (err != cudaSuccess) {
       set_last_cuda_error(cudaGetErrorString(err));
