@@ -14,10 +14,11 @@
 // error on a line is a failure: the line is reported and the exit status is nonzero. Floor =
 // max(bytes_min / hbm, flops_min / tc) as in bench/NOTES.md ("The two numbers"). Baseline: the
 // `query` planner (FlashDecoding-style split-KV) through the same kernel, timed the same way, on
-// every line. `--grouped-kernel` picks the kernel setting of the kM64/kM128 classes
-// (set_grouped_kernel: legacy, ws, auto, or a comma list of them; both = legacy,ws); with several,
-// every plan is checked and timed on each, back to back, and the JSON results carry
-// "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128 ran on).
+// every line (`--baseline off` skips it). `--grouped-kernel` picks the kernel setting of the
+// kM64/kM128 classes (set_grouped_kernel: legacy, ws, auto, or a comma list of them; both =
+// legacy,ws); with several, every plan is checked and timed on each, back to back, and the JSON
+// results carry "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128
+// ran on).
 // `--partials fp32,half` does the same for the partial outputs' precision (set_partial_precision;
 // with both lists, every pair), and each result carries "partials"; `--short-m16 off,on` likewise
 // for the 2-stage kM16 config (set_short_m16).
@@ -326,6 +327,9 @@ int bench_command(int argc, char** argv) {
   flags.push_back({"dtype", true, "fp16 (default) or bf16"});
   flags.push_back({"json", true, "write results as JSON to this file", false, FileRole::kOutput});
   flags.push_back({"runs", true, "timed runs per line and planner (>= 50, default 50)"});
+  flags.push_back({"baseline", true,
+                   "on (default) or off: time the query planner's plan on every line as its "
+                   "baseline (off: only the named planners' kernels run, e.g. under a profiler)"});
   flags.push_back({"cost-latency", true,
                    "on (default) or off: the cost model's critical-path latency terms "
                    "(DeviceInfo::latency_terms) for the planners, for a same-binary A/B"});
@@ -355,6 +359,7 @@ int bench_command(int argc, char** argv) {
     throw std::invalid_argument("--dtype: expected fp16 or bf16, got '" + dtype + "'");
   const bool bf16 = dtype == "bf16";
   const bool cost_latency = on_off(a, "cost-latency", true);
+  const bool with_baseline = on_off(a, "baseline", true);
   const int runs = static_cast<int>(a.integer("runs", 50, 50, 100000));
   const uint64_t seed = a.u64("seed", 0);
   const std::vector<std::string> planners = planner_list(planner_arg);
@@ -488,6 +493,7 @@ int bench_command(int argc, char** argv) {
     const bool query_listed =
         std::find(planners.begin(), planners.end(), "query") != planners.end();
     const bool have_base =
+        (with_baseline || query_listed) &&
         run_one(pb, "query", in, ref, runs, tm,
                 query_listed ? kernels : std::vector<KernelSetting>{kernels.front()}, &base);
     for (const std::string& pl : planners) {
