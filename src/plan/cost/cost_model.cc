@@ -302,8 +302,8 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     const double bytes =
         static_cast<double>(num_slots) * s.num_qo_heads * (s.head_dim * 4.0 + 4.0) +
         static_cast<double>(merged_queries) * s.num_qo_heads * s.head_dim * s.dtype_bytes;
-    // One merge CTA per query folds its slots serially (two dependent loads per slot), in
-    // ceil(qo_heads x head_dim / 8 / 128) passes of its 128 threads: the average merge list (the
+    // One merge CTA per query folds its slots a batch at a time (src/kernels/merge.cuh), a cost
+    // per slot in ceil(qo_heads x head_dim / 8 / 128) passes: the average merge list (the
     // longest, as the critical path, with the latency terms) sets the chain when the slot
     // latency outweighs the bytes.
     const int64_t passes = (static_cast<int64_t>(s.num_qo_heads) * s.head_dim / 8 + 127) / 128;
