@@ -1,6 +1,10 @@
 // Paged tree-attention kernel (one CTA per (work item, group of KV heads)), as a template over
-// (dtype, head_dim, tile class, KV type); instantiated by src/kernels/inst_*.cu. The merge of
-// the partial outputs is in merge.cuh.
+// (dtype, head_dim, kernel config, KV type); instantiated by src/kernels/inst_*.cu. Its pieces:
+// the configuration and shared-memory layout (decode_config.cuh), the two MMA paths (mma.sync per
+// warp, wgmma per warpgroup: mainloop_mma.cuh), the online softmax (softmax.cuh), the Q copy,
+// range cursor and epilogue writes (kernel_common.cuh), the phase stamps (timeline.cuh); this
+// file holds the kernel: the paged K/V loader, the tile loop and the epilogue's staging. The merge
+// of the partial outputs is in merge.cuh.
 //
 // Attention kernel, per CTA and KV head (the kM16 configs walk heads_per_cta heads one after the
 // other, so the item's metadata chain is paid once per CTA, not per head):
@@ -32,145 +36,15 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "decode_config.cuh"
 #include "decode_params.h"
 #include "kernel_common.cuh"
+#include "mainloop_mma.cuh"
 #include "ptx.cuh"
-#include "sm90/ptx_sm90.cuh"
-#include "sm90/wgmma.cuh"
 #include "softmax.cuh"
+#include "timeline.cuh"
 
 namespace treeattn::cuda_detail {
-
-// ---- timeline (diagnostics, DecodeArgs::timeline) ---------------------------------------------
-// Thread 0 of a CTA stamps the words of its record; with p.timeline null every stamp is one
-// predicated branch on a kernel parameter (no loads). The record index is computed only when a
-// stamp is written, so nothing stays live across the kernel for it.
-
-/// Writes word `w` (TimelineWord) of record rec(): %globaltimer for the two global words, clock64
-/// otherwise. The "memory" clobber keeps the compiler from moving loads and stores across it.
-template <class Rec>
-__device__ __forceinline__ void timeline_stamp(const KernelParams& p, Rec rec, int w) {
-  if (p.timeline == nullptr || threadIdx.x != 0) return;
-  uint64_t v;
-  if (w == kTlGlobalStart || w == kTlGlobalEnd)
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(v)::"memory");
-  else
-    asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(v)::"memory");
-  p.timeline[rec() * kTimelineWords + w] = v;
-}
-/// The record's first words (global start, clock start) and its tag (kernel config `cfg`).
-template <class Rec>
-__device__ __forceinline__ void timeline_begin(const KernelParams& p, Rec rec, int cfg) {
-  if (p.timeline == nullptr || threadIdx.x != 0) return;
-  timeline_stamp(p, rec, kTlGlobalStart);
-  timeline_stamp(p, rec, kTlClockStart);
-  uint32_t sm;
-  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
-  p.timeline[rec() * kTimelineWords + kTlTag] =
-      (1ull << 63) | (static_cast<uint64_t>(blockIdx.y & 0xfffffu) << 20) |
-      (static_cast<uint64_t>(cfg & 15) << 16) | (sm & 0xffffu);
-}
-/// The record's end words, once every thread of the CTA issued its output stores.
-template <class Rec>
-__device__ __forceinline__ void timeline_end(const KernelParams& p, Rec rec) {
-  if (p.timeline == nullptr) return;
-  __syncthreads();
-  timeline_stamp(p, rec, kTlClockEnd);
-  timeline_stamp(p, rec, kTlGlobalEnd);
-}
-
-// ---- configuration
-// -------------------------------------------------------------------------------
-
-/// Stages of the fp8 KV pipeline (a stage holds half the bytes of a dtype stage).
-#ifndef TREEATTN_FP8_STAGES
-#define TREEATTN_FP8_STAGES 4
-#endif
-constexpr int kFp8Stages = TREEATTN_FP8_STAGES;
-/// fp8 kM16: K converted in registers (1) or through the dtype tile like V (0), for the A/B.
-#ifndef TREEATTN_FP8_KREG
-#define TREEATTN_FP8_KREG 1
-#endif
-
-template <DType kDType, int kHeadDim, int kClass, KvDType kKv = KvDType::kSame>
-struct AttnConfig {
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim");
-  static_assert(kClass >= 0 && kClass < kNumKernelConfigs, "kernel config");
-  using Traits = DTypeTraits<kDType>;
-  using T = typename Traits::T;
-  static constexpr int HD = kHeadDim;
-  static constexpr int CPT = HD / 8;  ///< 16-byte chunks per row
-  static constexpr int BN = kv_tile(kClass, HD);
-  static constexpr int WM = warps_m(kClass);
-  static constexpr int WN = warps_n(kClass, HD);
-  static constexpr int ROWS = 16 * WM;
-  static constexpr int BNW = warp_tokens(kClass, HD);  ///< tokens per warp per tile
-  static constexpr int THREADS = 32 * WM * WN;
-  static constexpr bool KV8 = is_fp8(kKv);  ///< fp8 cache: one-byte stages + one dtype tile
-  // fp8 (but the short config) at kFp8Stages, at head_dim 256 at most 4 (its Q tile stays in
-  // shared memory)
-  static constexpr int STAGES = !KV8 || kClass == tile::kConfigShort ? num_stages(kClass)
-                                : HD <= 128 || kFp8Stages < 4        ? kFp8Stages
-                                                                     : 4;
-  static_assert(STAGES >= 2, "pipeline");
-  static constexpr bool Q_IN_REGS = HD <= 128;  ///< hd256 re-reads Q from shared memory
-  /// fp8, one warp along the rows, Q in registers, 16 tokens a warp: Q K^T reads K from the fp8
-  /// stage and converts it in registers (see the file comment); only V has a dtype tile.
-  static constexpr bool KREG = TREEATTN_FP8_KREG && KV8 && WM == 1 && Q_IN_REGS && BNW == 16;
-  static_assert(BNW % 16 == 0, "each warp needs whole k16 steps of P V");
-  static_assert(THREADS % CPT == 0, "loader rows");
-  static constexpr int ROWS_PER_PASS = THREADS / CPT;  ///< rows one loader pass covers
-  static_assert(BN % ROWS_PER_PASS == 0 && ROWS % ROWS_PER_PASS == 0, "loader passes");
-  // shared memory (bytes)
-  static constexpr int TILE_BYTES = BN * HD * 2;  ///< one of K or V, one stage (dtype)
-  static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
-  static constexpr int TILE8_BYTES = BN * HD;  ///< one of K or V, one fp8 stage
-  static constexpr int STAGE8_BYTES = 2 * TILE8_BYTES;
-  /// dtype stages (fp8: the converted tile(s) at offset 0: V only under KREG, else K and V), then
-  /// the fp8 stages at KV8_OFF
-  static constexpr int KV8_OFF = !KV8 ? 0 : KREG ? TILE_BYTES : STAGE_BYTES;
-  static constexpr int KV_BYTES = KV8 ? KV8_OFF + STAGES * STAGE8_BYTES : STAGES * STAGE_BYTES;
-  static constexpr int Q_BYTES = ROWS * HD * 2;
-  // Q in registers: sQ aliases the last stage (first overwritten after Q reached registers), or
-  // for fp8 the converted tile (under KREG the V tile; first written after Q reached registers).
-  static_assert(!Q_IN_REGS || Q_BYTES <= (KREG ? TILE_BYTES : STAGE_BYTES), "sQ alias");
-  static constexpr int Q_OFF = !Q_IN_REGS ? KV_BYTES : KV8 ? 0 : (STAGES - 1) * STAGE_BYTES;
-  static constexpr int MASK_OFF = Q_IN_REGS ? KV_BYTES : KV_BYTES + Q_BYTES;
-  static constexpr int MAIN_BYTES = MASK_OFF + STAGES * BN * 8;
-  static constexpr int O_PITCH = HD + 8;  ///< fp32 row pitch of the epilogue tile
-  static constexpr int EPI_O_BYTES = WN * ROWS * O_PITCH * 4;
-  static constexpr int EPI_BYTES = EPI_O_BYTES + 2 * WN * ROWS * 4;
-  /// kM64 / kM128 up to head_dim 128 keep K, V and Q in wgmma's 128-byte-swizzled column-block
-  /// layout (wgmma.cuh) on every target, and run wgmma on sm_90a; the tiles then start at a
-  /// 1024-byte boundary (the base is aligned at run time: 1 KB of slack).
-  static constexpr bool BLOCK_LAYOUT = tile::block_layout(kClass, HD);
-  static constexpr bool USE_WGMMA = BLOCK_LAYOUT && TREEATTN_WGMMA;
-  static constexpr int ALIGN_SLACK = BLOCK_LAYOUT ? 1024 : 0;
-  static constexpr int SMEM_BYTES = (MAIN_BYTES > EPI_BYTES ? MAIN_BYTES : EPI_BYTES) + ALIGN_SLACK;
-  static_assert(!BLOCK_LAYOUT || (STAGE_BYTES % 1024 == 0 && TILE_BYTES % 1024 == 0), "align");
-  /// Byte offset of 16-byte chunk `c` of row `r` in a swizzled [NR][HD] dtype tile: rows of HD
-  /// elements with the chunk index XORed by (r & 7), or (BLOCK_LAYOUT) HD / 64 column blocks of
-  /// [NR][64].
-  template <int NR>
-  static __device__ __forceinline__ uint32_t swz(int r, int c) {
-    if constexpr (BLOCK_LAYOUT)
-      return block_swz<NR>(r, c);
-    else
-      return static_cast<uint32_t>(r * HD * 2 + ((c ^ (r & 7)) << 4));
-  }
-  static_assert(SMEM_BYTES <= 163 * 1024, "must fit an A100 (164 KB per SM)");
-  /// Byte offset of 16-byte chunk `c` (16 fp8 elements) of row `r` in a KREG fp8 K stage: rows of
-  /// HD bytes, the chunk XORed so that ldmatrix's 8 rows at one chunk hit 8 different bank
-  /// groups (HD 128: 8 chunks a row, by r & 7; HD 64: two rows a 128-byte line, by (r >> 1) & 3).
-  static __device__ __forceinline__ uint32_t k8_swz(int r, int c) {
-    static_assert(!KREG || HD == 64 || HD == 128, "k8_swz: head_dim");
-    const int x = HD == 128 ? (r & 7) : ((r >> 1) & 3);
-    return static_cast<uint32_t>(r * HD + ((c ^ x) << 4));
-  }
-};
-
-// ---- attention kernel
-// ----------------------------------------------------------------------------
 
 template <DType kDType, int kHeadDim, int kClass, KvDType kKv>
 __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THREADS)
@@ -180,6 +54,8 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
   using T = typename C::T;
   using Traits = typename C::Traits;
   constexpr int HD = C::HD, BN = C::BN, CPT = C::CPT, BNW = C::BNW, WN = C::WN;
+  // the MMA path (mainloop_mma.cuh): wgmma per warpgroup where the config has it, else mma.sync
+  using Mma = std::conditional_t<C::USE_WGMMA, WgmmaPath<kDType, C>, MmaSyncPath<kDType, C, kKv>>;
 
   constexpr int kPlanClass = plan_class(kClass);
   const auto tl_rec = [&p] {
@@ -309,7 +185,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % C::STAGES;
       cp_async_wait<C::STAGES - 2>();
-      if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
+      Mma::tile_ready();  // the tile may be read by wgmma
       __syncthreads();
       if (tile == 0 && kv_head == kv_head0) timeline_stamp(p, tl_rec, kTlClockKv);
       if constexpr (C::Q_IN_REGS) {
@@ -375,7 +251,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
                          fp8x8_to_dtype<Traits, kKv>(make_uint2(x.z, x.w)));
           }
         }
-        if constexpr (C::USE_WGMMA) fence_proxy_async();  // the tile is read by wgmma
+        Mma::tile_ready();  // the tile may be read by wgmma
         if constexpr (kWarpLocal)
           __syncwarp();
         else
@@ -402,73 +278,10 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
       for (int n = 0; n < NT_S; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s_acc[n][e] = 0.f;
-      if constexpr (C::USE_WGMMA) {
-        // A fresh copy of Q per tile (q_frag ^ zero, the zero opaque to the compiler): with the
-        // loop-invariant fragment itself as the A operand, ptxas reuses its registers after the
-        // first tile's MMAs (bench/NOTES.md, Generation 1.2). All copies are made before the MMAs
-        // are issued.
-        const uint32_t q_zero = static_cast<uint32_t>(item.kv_tokens) >> 31;  // kv_tokens >= 0
-        uint32_t qa[KS][4];
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) qa[ks][e] = q_frag[ks][e] ^ q_zero;
-        wgmma_fence_regs(qa);
-        wgmma_fence_regs(s_acc);
-        wgmma_fence();
-        const WgmmaDesc dk = wgmma_desc(sK, 16, 1024);
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks)
-          wgmma_rs<kDType, BN, 0>(s_acc, qa[ks], dk.at((ks >> 2) * (BN * 128) + (ks & 3) * 32));
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_regs(s_acc);
-      } else if constexpr (C::KREG) {
-        // K from the fp8 stage: one ldmatrix.x4 per two k16 steps gives each thread the four fp8
-        // of its token row (g) at head dims 16 ks + 4 t4 .. + 3 for both 8-token halves of the
-        // warp's 16; the low pair is the B fragment's b0, the high pair b1 (q_frag's k order
-        // above).
-        static_assert(BNW == 16 && KS % 2 == 0, "KREG: 16 tokens a warp, whole k32 steps");
-        const uint32_t s8K = s_base + C::KV8_OFF + stage * C::STAGE8_BYTES;
-        const int mi = lane >> 3;
-        const int krow = wtok + 8 * (mi & 1) + (lane & 7);
-#pragma unroll
-        for (int ks = 0; ks < KS; ks += 2) {
-          uint32_t r[4];  // [k step ks + h][token half n] at r[2 h + n]
-          ldmatrix_x4(r, s8K + C::k8_swz(krow, ks + (mi >> 1)));
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int n = 0; n < 2; ++n) {
-              const uint32_t w = r[2 * h + n];
-              mma16816<kDType>(s_acc[n], q_frag[ks + h],
-                               fp8x2_to_dtype<Traits, kKv>(static_cast<uint16_t>(w & 0xffffu)),
-                               fp8x2_to_dtype<Traits, kKv>(static_cast<uint16_t>(w >> 16)));
-            }
-        }
-      } else {
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) {
-          uint32_t a[4];
-          if constexpr (C::Q_IN_REGS) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) a[e] = q_frag[ks][e];
-          } else {
-            const int mi = lane >> 3;
-            ldmatrix_x4(a, sQ + C::template swz<C::ROWS>(16 * wm + (lane & 7) + (mi & 1) * 8,
-                                                         2 * ks + (mi >> 1)));
-          }
-#pragma unroll
-          for (int np = 0; np < NT_S / 2; ++np) {
-            uint32_t b[4];
-            const int mi = lane >> 3;
-            ldmatrix_x4(b, sK + C::template swz<BN>(wtok + 16 * np + (lane & 7) + (mi >> 1) * 8,
-                                                    2 * ks + (mi & 1)));
-            mma16816<kDType>(s_acc[2 * np], a, b[0], b[1]);
-            mma16816<kDType>(s_acc[2 * np + 1], a, b[2], b[3]);
-          }
-        }
-      }
+      // a zero the compiler cannot see through (kv_tokens >= 0), for WgmmaPath's copy of Q
+      const uint32_t q_zero = static_cast<uint32_t>(item.kv_tokens) >> 31;
+      Mma::qk(s_acc, q_frag, q_zero, sQ, sK, s_base + C::KV8_OFF + stage * C::STAGE8_BYTES, wm,
+              wtok, lane);
 
       // hide tokens outside the row's mask or past the item (raw scores: -inf); only masked items
       // and the item's last tile test, each in its own loop
@@ -487,38 +300,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
       rescale_state<NT_O>(o_acc, l_run, alpha, row_sum, rescale);
 
       // O += P V   [16 x HD], k = the warp's BNW tokens
-      if constexpr (C::USE_WGMMA) {
-        wgmma_fence_regs(p_frag);
-        wgmma_fence_regs(o_acc);
-        wgmma_fence();
-        const WgmmaDesc dv = wgmma_desc(sV, BN * 128, 1024);
-#pragma unroll
-        for (int kk = 0; kk < BNW / 16; ++kk) {
-          const uint32_t a[4] = {p_frag[2 * kk][0], p_frag[2 * kk][1], p_frag[2 * kk + 1][0],
-                                 p_frag[2 * kk + 1][1]};
-          wgmma_rs<kDType, HD, 1>(o_acc, a, dv.at(kk * 2048));
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_regs(o_acc);
-        wgmma_fence_regs(p_frag);
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < BNW / 16; ++kk) {
-          const uint32_t a[4] = {p_frag[2 * kk][0], p_frag[2 * kk][1], p_frag[2 * kk + 1][0],
-                                 p_frag[2 * kk + 1][1]};
-#pragma unroll
-          for (int dp = 0; dp < NT_O / 2; ++dp) {
-            uint32_t b[4];
-            const int mi = lane >> 3;
-            ldmatrix_x4_trans(b,
-                              sV + C::template swz<BN>(wtok + 16 * kk + (lane & 7) + (mi & 1) * 8,
-                                                       2 * dp + (mi >> 1)));
-            mma16816<kDType>(o_acc[2 * dp], a, b[0], b[1]);
-            mma16816<kDType>(o_acc[2 * dp + 1], a, b[2], b[3]);
-          }
-        }
-      }
+      Mma::pv(o_acc, p_frag, sV, wtok, lane);
     }
 
     // ---- epilogue: stage (O, m, l) of every warp in shared memory (aliases the stages)

@@ -19,6 +19,7 @@
 #include "decode_params.h"
 #include "kernel_common.cuh"
 #include "ptx.cuh"
+#include "timeline.cuh"
 #include "treeattn/plan/tile_policy.h"
 
 namespace treeattn::cuda_detail {

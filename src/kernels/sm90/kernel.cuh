@@ -11,6 +11,7 @@
 // sm_90a code runs (ws_kernels_available()).
 #pragma once
 
+#include "../timeline.cuh"
 #include "config.cuh"
 #include "epilogue.cuh"
 #include "mainloop.cuh"
