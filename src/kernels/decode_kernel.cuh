@@ -2,9 +2,10 @@
 // (dtype, head_dim, kernel config, KV type); instantiated by src/kernels/inst_*.cu. Its pieces:
 // the configuration and shared-memory layout (decode_config.cuh), the two MMA paths (mma.sync per
 // warp, wgmma per warpgroup: mainloop_mma.cuh), the online softmax (softmax.cuh), the Q copy,
-// range cursor and epilogue writes (kernel_common.cuh), the phase stamps (timeline.cuh); this
-// file holds the kernel: the paged K/V loader, the tile loop and the epilogue's staging. The merge
-// of the partial outputs is in merge.cuh.
+// range cursor and epilogue writes (kernel_common.cuh), the paged K/V loader and the fp8 stage
+// conversion (loader.cuh), the phase stamps (timeline.cuh); this file holds the kernel: the
+// pipeline and tile loop and the epilogue's staging. The merge of the partial outputs is in
+// merge.cuh.
 //
 // Attention kernel, per CTA and KV head (the kM16 configs walk heads_per_cta heads one after the
 // other, so the item's metadata chain is paid once per CTA, not per head):
@@ -39,6 +40,7 @@
 #include "decode_config.cuh"
 #include "decode_params.h"
 #include "kernel_common.cuh"
+#include "loader.cuh"
 #include "mainloop_mma.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -97,62 +99,14 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
         p, item, kv_head, sQ, tid % CPT, tid / CPT,
         [](int r, int c) { return C::template swz<C::ROWS>(r, c); });
 
-    // ---- KV loader. Per pass of a tile, each warp copies 32 / LCPT token rows (lane / LCPT picks
-    // the row, lane % LCPT its 16-byte column: 8 dtype or 16 fp8 elements). A row's address chain
-    // (range seek, page id, mask word) runs once, in one lane of the warp, and reaches the row's
-    // other lanes by a shuffle: lane i < WROWS computes the warp's i-th row of the tile. Offsets
-    // are in elements from pointers at this thread's head and 16-byte column.
-    constexpr int LCPT = C::KV8 ? HD / 16 : CPT;  // 16-byte columns of a K/V row
-    constexpr int LRPP = C::THREADS / LCPT;       // rows one loader pass covers
-    static_assert(C::THREADS % LCPT == 0 && BN % LRPP == 0, "loader passes");
-    const int lc = tid % LCPT;
-    const int64_t head_off = kv_head * p.head_stride + lc * (16 / sizeof(KvT));
-    const KvT* gk = static_cast<const KvT*>(p.k) + head_off;
-    const KvT* gv = static_cast<const KvT*>(p.v) + head_off;
-    constexpr int RPW = 32 / LCPT;       // rows per warp per pass
-    constexpr int PASSES = BN / LRPP;    // passes per tile
-    constexpr int WROWS = PASSES * RPW;  // rows per warp per tile
-    static_assert(32 % LCPT == 0 && WROWS <= 32, "one lane per row of the warp's tile share");
-    const int lane_row = (lane / RPW) * LRPP + warp * RPW + lane % RPW;
-    RangeCursor cursor;
-    cursor.init(p.ranges + item.range_begin, item.num_ranges);
+    // ---- the paged K/V loader (loader.cuh)
+    PagedKvLoader<C, KvT> loader(p, item, kv_head, s_base, sMask, masked, tid, lane, warp);
     const int num_tiles = (item.kv_tokens + BN - 1) / BN;
-
-    auto load_tile = [&](int tile, int stage) {
-      const uint32_t sK =
-          s_base + (C::KV8 ? C::KV8_OFF + stage * C::STAGE8_BYTES : stage * C::STAGE_BYTES);
-      const uint32_t sV = sK + (C::KV8 ? C::TILE8_BYTES : C::TILE_BYTES);
-      // element offset of row lane_row's page slot (without the head and chunk). A row past the
-      // item re-reads the item's last token: its scores are hidden (the tail test, or a zero mask
-      // word), so its P is 0, and every copy is a full 16 bytes with no per-row predicate.
-      long long row_off = 0;
-      if (lane < WROWS) {
-        const int raw = tile * BN + lane_row;
-        const int pos = min(raw, item.kv_tokens - 1);
-        cursor.seek(pos);
-        row_off = cursor.slot_offset(p, pos);
-        if (masked)
-          sMask[stage * BN + lane_row] =
-              raw < item.kv_tokens ? p.masks[item.mask_begin + cursor.idx] : 0ull;
-      }
-#pragma unroll
-      for (int k = 0; k < PASSES; ++k) {
-        const long long off = __shfl_sync(0xffffffffu, row_off, k * RPW + lane / LCPT);
-        const int j = k * LRPP + tid / LCPT;
-        if constexpr (C::KV8) {  // rows of HD bytes (K swizzled under KREG)
-          cp_async16(sK + (C::KREG ? C::k8_swz(j, lc) : j * HD + 16 * lc), gk + off);
-          cp_async16(sV + j * HD + 16 * lc, gv + off);
-        } else {
-          cp_async16(sK + C::template swz<BN>(j, lc), gk + off);
-          cp_async16(sV + C::template swz<BN>(j, lc), gv + off);
-        }
-      }
-    };
 
     // prologue: Q with tile 0 in group 0, then tiles 1..STAGES-2
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; ++s) {
-      if (s < num_tiles) load_tile(s, s);
+      if (s < num_tiles) loader.load(s, s);
       cp_async_commit();
     }
 
@@ -221,38 +175,15 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
         // the stage this overwrites was converted (fp8; under KREG its K read by the MMAs) or read
         // (dtype) before the barrier above
         const int next = tile + C::STAGES - 1;
-        if (next < num_tiles) load_tile(next, next % C::STAGES);
+        if (next < num_tiles) loader.load(next, next % C::STAGES);
         cp_async_commit();
       }
       if constexpr (C::KV8) {
-        // The tile's fp8 stage -> the dtype tile, in 16-byte units (16 fp8 elements -> two dtype
-        // chunks). With one warp along the rows (kM16) each warp converts the token slice only it
-        // reads, and a warp barrier orders that; otherwise the CTA converts the whole tile and
-        // waits at a CTA barrier. Either way the previous tile's MMAs on the dtype tile are done:
-        // the barrier at the top of the loop, or the warp's own program order.
-        constexpr bool kWarpLocal = C::WM == 1;
-        constexpr int U = HD / 16;  // units of a K/V row
-        constexpr int UNITS = (kWarpLocal ? BNW : BN) * U;
-        const int first_row = kWarpLocal ? wn * BNW : 0;
-        const int t0 = kWarpLocal ? lane : tid;
-        constexpr int STEP = kWarpLocal ? 32 : C::THREADS;
-        static_assert(UNITS % STEP == 0, "whole conversion passes");
-        const uint32_t s8 = s_base + C::KV8_OFF + stage * C::STAGE8_BYTES;
-#pragma unroll
-        for (int kv = C::KREG ? 1 : 0; kv < 2; ++kv) {
-#pragma unroll
-          for (int u = t0; u < UNITS; u += STEP) {
-            const int j = first_row + u / U, c8 = u % U;
-            const uint4 x = ld_shared_u4(s8 + kv * C::TILE8_BYTES + j * HD + 16 * c8);
-            const uint32_t dst = s_base + (C::KREG ? 0 : kv * C::TILE_BYTES);
-            st_shared_u4(dst + C::template swz<BN>(j, 2 * c8),
-                         fp8x8_to_dtype<Traits, kKv>(make_uint2(x.x, x.y)));
-            st_shared_u4(dst + C::template swz<BN>(j, 2 * c8 + 1),
-                         fp8x8_to_dtype<Traits, kKv>(make_uint2(x.z, x.w)));
-          }
-        }
+        // the tile's fp8 stage -> the dtype tile; the previous tile's MMAs on it are done (the
+        // barrier at the top of the loop, or under a warp-local conversion the warp's own order)
+        convert_fp8_stage<C, Traits, kKv>(s_base, stage, wn, lane, tid);
         Mma::tile_ready();  // the tile may be read by wgmma
-        if constexpr (kWarpLocal)
+        if constexpr (C::WM == 1)
           __syncwarp();
         else
           __syncthreads();
