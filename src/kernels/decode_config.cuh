@@ -48,6 +48,9 @@ struct AttnConfig {
   /// fp8, one warp along the rows, Q in registers, 16 tokens a warp: Q K^T reads K from the fp8
   /// stage and converts it in registers (see the file comment); only V has a dtype tile.
   static constexpr bool KREG = TREEATTN_FP8_KREG && KV8 && WM == 1 && Q_IN_REGS && BNW == 16;
+  /// fp8: each warp converts the token slice only it reads (one warp along the rows), else the
+  /// CTA converts the whole tile (loader.cuh, convert_fp8_stage)
+  static constexpr bool FP8_WARP_LOCAL = WM == 1;
   static_assert(BNW % 16 == 0, "each warp needs whole k16 steps of P V");
   static_assert(THREADS % CPT == 0, "loader rows");
   static constexpr int ROWS_PER_PASS = THREADS / CPT;  ///< rows one loader pass covers

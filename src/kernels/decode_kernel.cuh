@@ -68,7 +68,12 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
   timeline_begin(p, tl_rec, kClass);
   pdl_launch_dependents();
   const DeviceItem item = p.items[p.class_item_off[kPlanClass] + static_cast<int>(blockIdx.x)];
-  if (item.num_rows == 0) return;  // capacity launched, the plan's items of the class ended
+  // capacity launched, the plan's items of the class ended: wait like every CTA, so that this
+  // grid's end still means its predecessor's end (the merge and the next call rely on the chain)
+  if (item.num_rows == 0) {
+    pdl_wait();
+    return;
+  }
   timeline_stamp(p, tl_rec, kTlClockItem);
   const int group = p.group;
   // KV heads of this CTA: [kv_head0, kv_head_end), one after the other (the head loop)
@@ -183,7 +188,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
         // barrier at the top of the loop, or under a warp-local conversion the warp's own order)
         convert_fp8_stage<C, Traits, kKv>(s_base, stage, wn, lane, tid);
         Mma::tile_ready();  // the tile may be read by wgmma
-        if constexpr (C::WM == 1)
+        if constexpr (C::FP8_WARP_LOCAL)
           __syncwarp();
         else
           __syncthreads();

@@ -190,24 +190,6 @@ __device__ __forceinline__ void store_partial_chunk(const KernelParams& p, int s
     *reinterpret_cast<float4*>(p.partial_o + off + 4) = make_float4(o[4], o[5], o[6], o[7]);
   }
 }
-/// Loads chunk c of (slot, head)'s partial output as floats.
-template <class Traits, int HD>
-__device__ __forceinline__ void load_partial_chunk(const KernelParams& p, int slot, int head, int c,
-                                                   float (&x)[8]) {
-  const int64_t off = partial_offset<HD>(p, slot, head, c);
-  if (p.half_partials) {
-    const uint4 u = *reinterpret_cast<const uint4*>(
-        reinterpret_cast<const typename Traits::T*>(p.partial_o) + off);
-    const float2 a = Traits::unpack(u.x), b = Traits::unpack(u.y), d = Traits::unpack(u.z),
-                 e = Traits::unpack(u.w);
-    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y, x[4] = d.x, x[5] = d.y, x[6] = e.x, x[7] = e.y;
-  } else {
-    const float4 x0 = *reinterpret_cast<const float4*>(p.partial_o + off);
-    const float4 x1 = *reinterpret_cast<const float4*>(p.partial_o + off + 4);
-    x[0] = x0.x, x[1] = x0.y, x[2] = x0.z, x[3] = x0.w, x[4] = x1.x, x[5] = x1.y, x[6] = x1.z,
-    x[7] = x1.w;
-  }
-}
 
 /// Stages one warp's online-softmax state of its 16 rows in shared memory: the unnormalized O
 /// (m16n8 C fragments, `o_rows` = the warp's first row, `pitch` floats a row), the running max m

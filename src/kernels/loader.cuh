@@ -100,7 +100,7 @@ template <class C, class Traits, KvDType kKv>
 __device__ __forceinline__ void convert_fp8_stage(uint32_t s_base, int stage, int wn, int lane,
                                                   int tid) {
   constexpr int HD = C::HD, BN = C::BN, BNW = C::BNW;
-  constexpr bool kWarpLocal = C::WM == 1;
+  constexpr bool kWarpLocal = C::FP8_WARP_LOCAL;
   constexpr int U = HD / 16;  // units of a K/V row
   constexpr int UNITS = (kWarpLocal ? BNW : BN) * U;
   const int first_row = kWarpLocal ? wn * BNW : 0;

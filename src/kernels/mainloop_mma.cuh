@@ -3,7 +3,7 @@
 // interleaving both:
 //   tile_ready()  what the path needs once a tile's shared-memory writes are done (wgmma reads
 //                 shared memory through the async proxy: a proxy fence; mma.sync: nothing)
-//   qk()          S = Q K^T for the warp's 16 packed rows and its BNW tokens of the tile
+//   qk()          S = Q K^T for the path's rows (a warp's 16, a warpgroup's 64) and tokens
 //   pv()          O += P V over the same tokens, P from the softmax's registers
 // MmaSyncPath runs mma.sync m16n8k16 per warp (every target; the kM16 configs, head_dim 256 and
 // sm_80), Q from registers or (head_dim 256) from shared memory, K and V by ldmatrix; under

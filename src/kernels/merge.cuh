@@ -3,9 +3,10 @@
 // kernels) into its final output row, in the order of its merge list (deterministic, no atomics).
 //
 // Grid (query capacity, ceil(num_qo_heads / heads per CTA)); past the plan's queries the merge
-// list is empty and the CTA exits. The merge list and the slot ids of its first chunk are read
-// before griddepcontrol.wait (they are plan metadata), so that once the attention kernels are done
-// one round of loads remains. A CTA takes its query's slots in chunks of kMergeChunk ids staged in
+// list is empty and the CTA waits (as every CTA does: the grid's end stays the attention kernels'
+// end) and exits. The merge list and the slot ids of its first chunk are read before
+// griddepcontrol.wait (they are plan metadata), so that once the attention kernels are done one
+// round of loads remains. A CTA takes its query's slots in chunks of kMergeChunk ids staged in
 // shared memory; each (head, 8-element chunk of head_dim) pair is summed by SPLIT adjacent
 // threads, thread `part` taking every SPLIT-th slot (the two variants, SPLIT 1 and 4, are
 // described and chosen in tile_policy.h). A thread loads the LSEs and partial outputs of BATCH of
@@ -27,8 +28,15 @@ namespace treeattn::cuda_detail {
 using tile::kMergeThreads;
 constexpr int kMergeChunk = 128;  ///< slots staged in shared memory at a time
 
+/// The 8 fp32 elements at `src` (16-byte aligned) as two float4 loads.
+__device__ __forceinline__ void load_fp32_chunk(const float* src, float (&x)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(src);
+  const float4 b = *reinterpret_cast<const float4*>(src + 4);
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+
 /// One merge thread's online state over its slots: running max m (natural log), weight sum, the
-/// weighted sum of the partial outputs, and whether a NaN partial was seen.
+/// weighted sum of the partial outputs, and whether a NaN LSE (a NaN in K) was seen.
 struct MergeState {
   float m = -INFINITY, sum = 0.f;
   float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -41,7 +49,7 @@ struct MergeState {
 template <class Traits, int kHeadDim, int SPLIT, bool kHalf>
 __device__ __forceinline__ void merge_chunk(const KernelParams& p, const int* slot, int n, int part,
                                             int head, int c, MergeState& st) {
-  constexpr int BATCH = kHalf ? 4 : 4;
+  constexpr int BATCH = 4;
   const int H = p.num_qo_heads;
   for (int i0 = part; i0 < n; i0 += BATCH * SPLIT) {
     float lse[BATCH];
@@ -58,7 +66,7 @@ __device__ __forceinline__ void merge_chunk(const KernelParams& p, const int* sl
           raw[j] = *reinterpret_cast<const uint4*>(
               reinterpret_cast<const typename Traits::T*>(p.partial_o) + off);
         else
-          load_partial_chunk<Traits, kHeadDim>(p, slot[i], head, c, x[j]);
+          load_fp32_chunk(p.partial_o + off, x[j]);
       }
     }
     float bm = -INFINITY;

@@ -62,8 +62,9 @@ struct DecodeArgs {
 /// layout.items x num_kv_heads + q (stamped by its first head block, blockIdx.y 0). Global-timer
 /// words are ns, clock words SM cycles (clock64);
 /// a word of a phase the CTA did not reach stays as the caller left it (zero it first). Merge
-/// CTAs: kTlClockItem after the merge list's bounds arrived, kTlClockKv when the attention
-/// kernels' results became visible (griddepcontrol.wait returned), kTlClockLoop unused.
+/// CTAs: kTlClockItem once the merge list and its first slot ids were read (before the wait, so
+/// it can precede kTlClockKv), kTlClockKv when the attention kernels' results became visible
+/// (griddepcontrol.wait returned), kTlClockLoop unused.
 enum TimelineWord : int {
   kTlGlobalStart = 0,  ///< the CTA's first instruction (%globaltimer)
   kTlClockStart = 1,   ///< same, clock64

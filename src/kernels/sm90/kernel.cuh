@@ -28,7 +28,12 @@ __global__ void __launch_bounds__(
   __shared__ alignas(8) uint64_t bar_mem[C::STAGES * C::BARS_PER_STAGE];
   pdl_launch_dependents();
   const DeviceItem item = p.items[p.class_item_off[kClass] + static_cast<int>(blockIdx.x)];
-  if (item.num_rows == 0) return;  // capacity launched, the plan's items of the class ended
+  // capacity launched, the plan's items of the class ended: wait like every CTA, so that this
+  // grid's end still means its predecessor's end (the merge and the next call rely on the chain)
+  if (item.num_rows == 0) {
+    pdl_wait();
+    return;
+  }
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const uint32_t s_base = smem_u32(smem);

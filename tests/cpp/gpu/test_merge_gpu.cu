@@ -10,6 +10,9 @@
 // leave the last head block of a merge CTA partly empty. Partial precisions: fp32 and half
 // partials (set_partial_precision) on deep, wide and masked plans, each against the oracle on every
 // query, deterministic, and the switch refusing unknown values.
+// A NaN in K of the shared root: the rows that attend it get a NaN LSE in their root partial, and
+// the merge (both partial precisions) gives those rows o = lse = NaN in every element, the other
+// heads stay finite; the query planner's unmerged plan gives the same.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -92,6 +95,58 @@ TEST(DecodeGpu, MergeWithEmptyPartials) {
                           bf16 ? OutputDtype::kBf16 : OutputDtype::kFp16);
     EXPECT_TRUE(r.pass) << r.describe();
     EXPECT_EQ(r.empty_rows, H) << "query 1's heads must all be empty";
+  }
+}
+
+TEST(DecodeGpu, NanInKeyReachesMergedRows) {
+  TA_REQUIRE_GPU();
+  struct Restore {
+    PartialPrecision p = partial_precision();
+    ~Restore() { set_partial_precision(p); }
+  } restore;
+  for (PartialPrecision pp : {PartialPrecision::kFloat32, PartialPrecision::kHalf}) {
+    for (const char* planner : {"node", "fasttree", "query"}) {
+      SCOPED_TRACE(std::string(planner) + (pp == PartialPrecision::kHalf ? " half" : " fp32"));
+      set_partial_precision(pp);
+      // contiguous pages: the root's first token is page 0, slot 0 (8 queries share it)
+      const PrefixTree tree = tree_from_levels(
+          parse_levels("N=1,8 C=40,20 heads=8/2 dim=128 page=16"), PageLayout::kContiguous, 0);
+      Case c;
+      c.planner = planner;
+      c.num_qo_heads = 8;
+      c.num_kv_heads = 2;
+      c.head_dim = 128;
+      const Plan plan = make_case_plan(tree, c);
+      if (std::string(planner) != "query") ASSERT_GT(plan.num_slots, 0) << "a merged plan";
+      CaseInputs in;
+      fill_inputs(tree, c, 13, &in);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+      // K of token 0, kv head 1, element 5 := NaN (split layout: [pages, P, kv heads, D], fp16)
+      const uint16_t nan_bits = 0x7E00;
+      TA_CUDA_OK(cudaMemcpy(static_cast<uint16_t*>(const_cast<void*>(in.args.k)) + 1 * 128 + 5,
+                            &nan_bits, sizeof nan_bits, cudaMemcpyHostToDevice));
+      DevicePlan dp;
+      dp.upload(plan, nullptr);
+      std::vector<uint16_t> out_bits;
+      std::vector<float> lse;
+      run_and_fetch(dp, in, nullptr, nullptr, &out_bits, &lse);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+      const std::vector<float> out = from_bits(out_bits, false);
+      for (int q = 0; q < tree.num_queries(); ++q) {
+        for (int h = 0; h < 8; ++h) {
+          const bool attends = h / 4 == 1;  // qo heads 4..7 read kv head 1
+          const float l = lse[static_cast<size_t>(q) * 8 + h];
+          ASSERT_EQ(std::isnan(l), attends) << "lse of query " << q << " head " << h;
+          for (int d = 0; d < 128; ++d) {
+            const float x = out[(static_cast<size_t>(q) * 8 + h) * 128 + d];
+            if (attends)
+              ASSERT_TRUE(std::isnan(x)) << "query " << q << " head " << h << " elem " << d;
+            else
+              ASSERT_TRUE(std::isfinite(x)) << "query " << q << " head " << h << " elem " << d;
+          }
+        }
+      }
+    }
   }
 }
 
