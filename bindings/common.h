@@ -99,6 +99,12 @@ struct PyPlan {
   int64_t launch_queries = -1;
   int32_t device_id = -1;  ///< CUDA device of the workspace, -1 = none
   DevicePlan* device = nullptr;
+  /// Device-page labels (resolve_pages): page ids >= label_base are placeholders that only the
+  /// device run can read, after resolve_pages() filled them in the workspace for the state
+  /// `resolved` (any other state with labels is refused by decode); -1 = no labels seen.
+  int64_t label_base = -1;
+  std::shared_ptr<const PlanState> resolved;
+  int64_t resolved_max_page_id = -1;  ///< largest page id the resolved state can read
 
   /// Plans a copy of `t`, without the GIL.
   PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
@@ -114,6 +120,13 @@ struct PyPlan {
   /// existing workspace first (throws ValueError naming "plan" when the shapes differ or it does
   /// not fit the layout).
   void update(const PyPlan& other, uintptr_t stream);
+  /// Replaces the page ids >= label_base of the current state, labels label_base + key *
+  /// key_stride + col, with table[row_of_key[key], col] (an int32 [rows, cols] array):
+  /// on the device (workspace entries, DevicePlan::resolve_pages) when the plan has a workspace,
+  /// else in a new host state. Ids outside [0, num_pages) become 0. Errors name "row_of_key" /
+  /// "table" / "num_pages" / "label_base".
+  void resolve_pages(int64_t label_base, int64_t key_stride, const int32_t* row_of_key,
+                     int64_t num_keys, const AnyArray& table, int32_t num_pages, uintptr_t stream);
   /// Whether `other` fits this plan's layout (same shape, every capacity large enough).
   bool fits(const PyPlan& other) const;
   /// Sets `reserve` to graph_reserve(rows, pages_per_row) for this plan's heads and `device`,

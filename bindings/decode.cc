@@ -500,7 +500,14 @@ void decode(PyPlan& p, const AnyArray& q, const AnyArray& k, std::optional<AnyAr
   // One snapshot for the whole call: the checks and the run see the same plan even when another
   // thread update()s this one meanwhile (the CPU run releases the GIL).
   const std::shared_ptr<const PlanState> st = p.state.snapshot();
-  const ExpectedShape e = expected_from_plan(*st);
+  ExpectedShape e = expected_from_plan(*st);
+  if (p.label_base >= 0 && st->max_page_id >= p.label_base) {  // device-page labels
+    TA_CHECK_ARG(p.resolved == st && q.device_type() == kDlCuda, "plan", "its page ids from ",
+                 p.label_base, " on are device-page labels, resolved ",
+                 "on the device for one plan state only (ServingCore resolves them after every "
+                 "update); this state's are not, or the decode is not on that device");
+    e.max_page_id = p.resolved_max_page_id;
+  }
   const AnyArray* vp = v ? &*v : nullptr;
   const AnyArray* lp = lse ? &*lse : nullptr;
   const KvDType kv_dtype = kv_dtype_arg(kv_dtype_code);

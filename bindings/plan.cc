@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include "common.h"
@@ -158,6 +159,75 @@ void PyPlan::update(const PyPlan& other, uintptr_t stream) {
     layout = plan_layout(next->plan, headroom, &reserve);
   }
   state.replace(std::move(next));
+}
+
+void PyPlan::resolve_pages(int64_t base, int64_t key_stride, const int32_t* row_of_key,
+                           int64_t num_keys, const AnyArray& table, int32_t num_pages,
+                           uintptr_t stream) {
+  TA_CHECK_ARG(base >= 0 && key_stride >= 1, "label_base",
+               "expected label_base >= 0 and "
+               "key_stride >= 1, got ",
+               base, " and ", key_stride);
+  TA_CHECK_ARG(num_pages >= 1, "num_pages", "must be >= 1, got ", num_pages);
+  if (table.dtype() != nb::dtype<int32_t>())
+    throw nb::type_error(("table: expected int32, got " + dtype_str(table.dtype())).c_str());
+  TA_CHECK_ARG(table.ndim() == 2, "table", "expected 2 dims [rows, pages], got ", shape_str(table));
+  const std::shared_ptr<const PlanState> st = state.snapshot();
+  const std::vector<int32_t>& ids = st->plan.page_ids;
+  const int64_t rows = static_cast<int64_t>(table.shape(0)),
+                cols = static_cast<int64_t>(table.shape(1));
+  std::vector<int32_t> pairs;  // (position in page_ids, element offset in table)
+  int64_t max_real = -1;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i];
+    if (id < base) {
+      max_real = std::max(max_real, id);
+      continue;
+    }
+    const int64_t key = (id - base) / key_stride, col = (id - base) % key_stride;
+    TA_CHECK_ARG(key < num_keys && row_of_key[key] >= 0, "row_of_key", "the plan reads page label ",
+                 id, " of key ", key, ", which has no row in this step");
+    const int64_t row = row_of_key[key];
+    TA_CHECK_ARG(row < rows && col < cols, "table", "shape ", shape_str(table), " has no entry [",
+                 row, ", ", col, "]");
+    const int64_t src = row * table.stride(0) + col * table.stride(1);
+    TA_CHECK_ARG(src >= 0 && src <= std::numeric_limits<int32_t>::max(), "table", "entry [", row,
+                 ", ", col, "] lies ", src, " elements from its start (at most 2^31-1)");
+    pairs.push_back(static_cast<int32_t>(i));
+    pairs.push_back(static_cast<int32_t>(src));
+  }
+  const int64_t n = static_cast<int64_t>(pairs.size() / 2);
+  if (table.device_type() == kDlCpu) {
+    TA_CHECK_ARG(device == nullptr, "table",
+                 "is on the CPU but the plan's "
+                 "workspace is on cuda:",
+                 device_id);
+    auto next = std::make_shared<PlanState>(*st);
+    const int32_t* t = static_cast<const int32_t*>(table.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t v = t[pairs[2 * i + 1]];
+      next->plan.page_ids[pairs[2 * i]] = (v >= 0 && v < num_pages) ? v : 0;
+    }
+    next->max_page_id = -1;
+    for (const int32_t id : next->plan.page_ids)
+      next->max_page_id = std::max(next->max_page_id, id);
+    state.replace(std::move(next));
+    return;
+  }
+#if TREEATTN_PY_WITH_CUDA
+  TA_CHECK_ARG(table.device_type() == kDlCuda, "table", "expected a CPU or CUDA array");
+  TA_CHECK_ARG(device != nullptr && table.device_id() == device_id, "table",
+               "is on cuda:", table.device_id(), " but the plan's workspace is ",
+               device ? "on cuda:" + std::to_string(device_id) : std::string("not made yet"));
+  device->resolve_pages(pairs.data(), n, static_cast<const int32_t*>(table.data()), num_pages,
+                        reinterpret_cast<cudaStream_t>(stream));
+  label_base = base;
+  resolved = st;
+  resolved_max_page_id = n > 0 ? std::max<int64_t>(max_real, num_pages - 1) : max_real;
+#else
+  (void)stream;
+  throw nb::type_error("table: a CUDA array, but treeattn was built without CUDA");
+#endif
 }
 
 void PyPlan::set_reserve(int64_t rows, int64_t pages_per_row, const DeviceInfo& dev) {
@@ -315,6 +385,16 @@ void register_plan(nb::module_& m) {
           nb::arg("class_items").none(), nb::arg("queries").none())
       .def("_to_device", &PyPlan::to_device, nb::arg("device"), nb::arg("stream"))
       .def("_update", &PyPlan::update, nb::arg("other"), nb::arg("stream"))
+      .def(
+          "_resolve_pages",
+          [](PyPlan& p, int64_t label_base, int64_t key_stride,
+             nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> row_of_key,
+             const AnyArray& table, int32_t num_pages, uintptr_t stream) {
+            p.resolve_pages(label_base, key_stride, row_of_key.data(),
+                            static_cast<int64_t>(row_of_key.shape(0)), table, num_pages, stream);
+          },
+          nb::arg("label_base"), nb::arg("key_stride"), nb::arg("row_of_key"), nb::arg("table"),
+          nb::arg("num_pages"), nb::arg("stream"))
       .def("release_device", &PyPlan::release_device,
            "Frees the device workspace now (the next GPU decode allocates it again). Make sure "
            "no kernel using it is still running.");

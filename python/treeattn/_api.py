@@ -220,6 +220,23 @@ class Plan(_ext.Plan):
         self._made_from = getattr(new, "_made_from", (None, None))
         return self
 
+    def resolve_pages(self, label_base: int, key_stride: int, row_of_key: Any, table: Any,
+                      num_pages: int, stream: Any = None) -> "Plan":
+        """Fills the plan's page labels from an engine's block tables (ServingCore's device
+        pages). Every page id >= label_base, label_base + key * key_stride + col, becomes
+        table[row_of_key[key], col]: `table` an int32 [rows, cols] array, `row_of_key` ints (-1:
+        no row); an id outside [0, num_pages) is read as page 0. With a device workspace: in it,
+        on `stream` (default: torch's current stream), by one small kernel ordered after the
+        last update's upload, without a host copy of `table` (a CUDA array on the workspace's
+        device); a GPU decode then runs the state resolved, and refuses a later state with
+        labels until it is resolved too. Without one: in the host plan (`table` on the CPU).
+        Errors name 'label_base', 'row_of_key', 'table' or 'num_pages'. Returns self."""
+        keys = np.ascontiguousarray(np.asarray(row_of_key), dtype=np.int32)
+        idx = self.device_index
+        self._resolve_pages(int(label_base), int(key_stride), keys, table, int(num_pages),
+                            _default_stream(stream, idx) if idx is not None else 0)
+        return self
+
     def __repr__(self) -> str:
         return (f"Plan(planner={self.planner!r}, chosen_planner={self.chosen_planner!r}, "
                 f"queries={self.num_queries}, "

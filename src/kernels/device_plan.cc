@@ -1,6 +1,7 @@
 // DevicePlan (include/treeattn/kernels/device_plan.h): workspace and pinned staging allocation,
-// asynchronous plan upload, run() with errors turned into exceptions, and the KV-layout helpers.
-// Plain C++ on the CUDA runtime API (no kernels here).
+// asynchronous plan upload, page ids resolved from a device table (resolve_pages.cu's kernel),
+// run() with errors turned into exceptions, and the KV-layout helpers. Plain C++ on the CUDA
+// runtime API.
 #include "treeattn/kernels/device_plan.h"
 
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "resolve_pages.h"
 #include "treeattn/common/error.h"
 
 namespace treeattn {
@@ -89,7 +91,21 @@ DevicePlan::~DevicePlan() {
   }
 }
 
+void DevicePlan::release_resolve() {
+  if (resolve_done_ == nullptr && resolve_staging_ == nullptr && resolve_pairs_ == nullptr) return;
+  DeviceScope scope(device_);
+  if (resolve_done_ != nullptr) {
+    cudaEventSynchronize(static_cast<cudaEvent_t>(resolve_done_));
+    cudaEventDestroy(static_cast<cudaEvent_t>(resolve_done_));
+  }
+  if (resolve_staging_ != nullptr) cudaFreeHost(resolve_staging_);
+  if (resolve_pairs_ != nullptr) cudaFree(resolve_pairs_);
+  resolve_done_ = resolve_staging_ = resolve_pairs_ = nullptr;
+  resolve_cap_ = 0;
+}
+
 void DevicePlan::release() {
+  release_resolve();
   if (copy_done_ == nullptr && staging_ == nullptr && workspace_ == nullptr) return;
   DeviceScope scope(device_);
   if (copy_done_ != nullptr) {
@@ -144,6 +160,58 @@ void DevicePlan::upload(const Plan& plan, cudaStream_t stream, double headroom,
                         cudaMemcpyHostToDevice, stream),
         "plan metadata upload (cudaMemcpyAsync)");
   check(cudaEventRecord(static_cast<cudaEvent_t>(copy_done_), stream), "cudaEventRecord");
+}
+
+void DevicePlan::resolve_pages(const int32_t* pairs, int64_t n, const int32_t* table,
+                               int32_t num_pages, cudaStream_t stream) {
+  if (workspace_ == nullptr)
+    throw std::logic_error("DevicePlan::resolve_pages: no plan uploaded (call upload() first)");
+  TA_CHECK_ARG(n >= 0 && n <= layout_.page_ids, "pairs", "expected at most the layout's ",
+               layout_.page_ids, " page ids, got ", n);
+  TA_CHECK_ARG(num_pages >= 1, "num_pages", "must be >= 1, got ", num_pages);
+  if (n == 0) return;
+  TA_CHECK_ARG(pairs != nullptr, "pairs", "is null");
+  TA_CHECK_ARG(table != nullptr, "table", "is null");
+  for (int64_t i = 0; i < n; ++i)
+    TA_CHECK_ARG(pairs[2 * i] >= 0 && pairs[2 * i] < layout_.page_ids && pairs[2 * i + 1] >= 0,
+                 "pairs", "pair ", i, " (", pairs[2 * i], ", ", pairs[2 * i + 1],
+                 ") is outside the plan's page ids or the table");
+  DeviceScope scope(device_);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone)
+    throw std::runtime_error(
+        "DevicePlan: resolve_pages is not allowed while the stream is captured into a CUDA graph");
+  if (n > resolve_cap_) {
+    const int64_t cap = std::max<int64_t>(n, layout_.page_ids);
+    release_resolve();
+    try {
+      check(cudaMalloc(&resolve_pairs_, static_cast<size_t>(cap) * 2 * sizeof(int32_t)),
+            "cudaMalloc of the resolve pairs");
+      check(cudaMallocHost(&resolve_staging_, static_cast<size_t>(cap) * 2 * sizeof(int32_t)),
+            "cudaMallocHost of the resolve pairs");
+      cudaEvent_t ev = nullptr;
+      check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+      resolve_done_ = ev;
+    } catch (...) {
+      release_resolve();
+      throw;
+    }
+    resolve_cap_ = cap;
+  }
+  // the previous call's copy must have read the pinned buffer before it is rewritten
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(resolve_done_)),
+        "waiting for the last resolve copy");
+  const size_t bytes = static_cast<size_t>(n) * 2 * sizeof(int32_t);
+  std::copy(pairs, pairs + 2 * n, static_cast<int32_t*>(resolve_staging_));
+  check(cudaMemcpyAsync(resolve_pairs_, resolve_staging_, bytes, cudaMemcpyHostToDevice, stream),
+        "resolve pairs upload (cudaMemcpyAsync)");
+  check(cudaEventRecord(static_cast<cudaEvent_t>(resolve_done_), stream), "cudaEventRecord");
+  int32_t* page_ids =
+      reinterpret_cast<int32_t*>(static_cast<char*>(workspace_) + layout_.page_ids_off);
+  check(cuda_detail::launch_resolve_pages(page_ids, static_cast<const int32_t*>(resolve_pairs_),
+                                          static_cast<int32_t>(n), table, num_pages, stream),
+        "resolve_pages kernel launch");
 }
 
 void DevicePlan::run(const DecodeArgs& args, cudaStream_t stream) const {

@@ -338,6 +338,8 @@ def test_build_and_forward_match_reference(backend, vllm_config, layout, kv, mon
                              kv_quant_mode=get_kv_quant_mode(kv))
     # full decode graphs up to 64 rows (vLLM's CPU platform captures none: set as on CUDA)
     monkeypatch.setattr(vllm_config.compilation_config, "max_cudagraph_capture_size", 64)
+    # the cache's block count, as vLLM's worker sets it before the builders are made
+    monkeypatch.setattr(vllm_config.cache_config, "num_gpu_blocks", num_pages)
     builder = backend.get_builder_cls()(spec, ["layer.0"], vllm_config, torch.device("cpu"))
     fp8 = {"auto": None, "fp8": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[kv]
     assert builder.core.kv_dtype == {"auto": torch.float16, "fp8": "fp8_e4m3",
@@ -355,6 +357,12 @@ def test_build_and_forward_match_reference(backend, vllm_config, layout, kv, mon
         kv_cache = torch.zeros(num_pages, HK, P, 2 * D, dtype=cache_dtype)
     server = Server(5, num_pages)
     mixed = decode_steps = 0
+    # request slots as vLLM's model runner V2 hands them (req_idx, reused after a request ends)
+    # with its host is_prefilling flags; one run leaves them out (vLLM's V1 runner): the builder
+    # then copies the decode rows' tables each step
+    host_slots = not (kv == "fp8" and layout == "LBNHC")
+    slot_of: dict = {}
+    seen: set = set()
     for step in range(40):
         if step == 20:  # new values in the same tensors (what a CUDA graph replay would read)
             layer._k_scale.fill_(2.0 ** -3)
@@ -374,6 +382,21 @@ def test_build_and_forward_match_reference(backend, vllm_config, layout, kv, mon
         for i, (s, _) in enumerate(rows):
             pages = server.kv.block_table(s)
             bt[i, : len(pages)] = pages
+        live = {sid for sid, _ in rows}
+        for sid in [x for x in slot_of if x not in live]:  # finished: the slot is free again
+            del slot_of[sid]
+        for sid, _ in rows:
+            if sid not in slot_of:
+                slot_of[sid] = min(set(range(len(slot_of) + 1)) - set(slot_of.values()))
+        lead = next((i for i, m in enumerate(qlens) if m > 1), len(qlens))
+        extra = {}
+        if host_slots:
+            extra = dict(req_idx=np.array([slot_of[sid] for sid, _ in rows], dtype=np.intp),
+                         is_prefilling=torch.tensor([m > 1 for m in qlens]))
+        # decode rows the builder has no host copy of: forked children at their first step
+        forks = sum(sid not in seen for sid, _ in rows[:lead])
+        seen |= live
+        copied = builder.host_rows.rows_copied
         qsl = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]), dtype=torch.int32)
         cm = vbase.CommonAttentionMetadata(
             query_start_loc=qsl, query_start_loc_cpu=qsl.clone(),
@@ -381,10 +404,13 @@ def test_build_and_forward_match_reference(backend, vllm_config, layout, kv, mon
             num_actual_tokens=T, max_query_len=max(qlens), max_seq_len=max(lens),
             block_table_tensor=torch.from_numpy(bt),
             slot_mapping=torch.tensor(slots, dtype=torch.int64),
-            seq_lens_cpu_upper_bound=torch.tensor(lens, dtype=torch.int32))
+            seq_lens_cpu_upper_bound=torch.tensor(lens, dtype=torch.int32), **extra)
         md = builder.build(0, cm)
-        lead = next((i for i, m in enumerate(qlens) if m > 1), len(qlens))
         assert (md.num_decodes, md.num_prefills) == (lead, len(qlens) - lead)
+        if host_slots:
+            # rows copied to the host: the prefilling ones, and decode rows only at their first
+            # step (on CPU tensors a copy lands at once, so a prefill's copy serves its decode)
+            assert builder.host_rows.rows_copied - copied == len(qlens) - lead + forks
         q = torch.from_numpy(rng.uniform(-1, 1, (T, H, D))).half()
         key = torch.from_numpy(rng.uniform(-1, 1, (T, HK, D))).half()
         value = torch.from_numpy(rng.uniform(-1, 1, (T, HK, D))).half()
@@ -408,6 +434,11 @@ def test_build_and_forward_match_reference(backend, vllm_config, layout, kv, mon
         decode_steps += md.num_decodes > 0
     assert mixed >= 5 and decode_steps >= 15
     assert builder.core.sync.counts["incremental"] > 0, builder.core.sync.counts
+    if host_slots:  # no block-table copy of a whole step; decode-time pages read on the device
+        assert builder.table_copies == 0
+        assert builder.core.counts["device_page_steps"] >= 10, builder.core.counts
+    else:
+        assert builder.table_copies == decode_steps
     # the graph bound from the config (max_cudagraph_capture_size rows, max_model_len tokens):
     # the decode batches ran on the core's one graph plan
     assert builder.core.graph_bound == (64, -(-vllm_config.model_config.max_model_len // P))

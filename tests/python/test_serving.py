@@ -324,6 +324,114 @@ def test_core_decode_matches_oracle(layout):
     assert core.sync.counts["incremental"] > 0
 
 
+def hide_pages(rng, sids, bt, lens, known):
+    """The host tables of an engine that keeps block tables on the device: the request of row r
+    (sids[r]; rows past them are padding) shows its pages up to the count it copied when it
+    joined (`known`, by sid; a request seen for the first time copies its pages now, or a fifth
+    of the time never), -1 past them (pages opened since). Returns (host tables, row keys: each
+    request's sid, stable across steps)."""
+    host = np.full_like(bt, -1)
+    for r, sid in enumerate(sids):
+        if sid not in known:
+            known[sid] = 0 if rng.random() < 0.2 else (int(lens[r]) + P - 1) // P
+        host[r, :known[sid]] = bt[r, :known[sid]]
+    keys = np.array(list(sids) + [10**6 + i for i in range(len(lens) - len(sids))], np.int64)
+    return host, keys
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_core_device_pages_match_oracle(graph):
+    """prepare() with the pages opened since a request joined left to the device tables (-1 in
+    the host tables; rows moved by condenses keep their keys): the decode reads the device
+    tables' pages and matches the oracle over them; the known pages still share."""
+    rng = np.random.default_rng(9)
+    H, Hk, D = 4, 2, 64
+    b = Batch(11, num_pages=600)
+    core = ServingCore(H, Hk, D, P, num_pages=600, verify=True,
+                       graph_rows=32 if graph else 0, graph_pages=64 if graph else 0)
+    k, v, (kc, vc) = _caches(rng, 600, H, Hk, D, "split")
+    known: dict = {}
+    shared = 0
+    for i in range(30):
+        b.step(fork=True)
+        bt, lens = b.tables(pad=int(i % 6 == 0))
+        host, keys = hide_pages(rng, b.rows, bt, lens, known)
+        # the device tables: this step's rows first, stale rows after them
+        dev = torch.from_numpy(np.concatenate([bt, rng.integers(0, 600, (3, bt.shape[1]))])
+                               .astype(np.int32))
+        core.prepare(host, lens, key=len(lens) if graph else None, device_block_tables=dev,
+                     row_keys=keys)
+        q = torch.from_numpy(rng.uniform(-1, 1, (len(lens), H, D)).astype(np.float32))
+        out = torch.full_like(q, float("nan"))
+        core.decode(q, kc, vc, out=out)
+        real = lens > 0
+        ref, _ = numpy_oracle(q.numpy()[real], k.numpy(), v.numpy(), bt[real], lens[real])
+        np.testing.assert_allclose(out.numpy()[real], ref, atol=2e-5)
+        unique_tokens = core.plan.stats()["unique_kv_bytes"] // (2 * Hk * D * 2)
+        shared += unique_tokens < int(lens.sum())
+    assert core.counts["device_page_steps"] >= 25 and core.sync.counts["incremental"] > 0
+    assert shared >= 10  # the known pages of requests under a common prompt are read once
+
+
+def test_core_device_pages_errors_and_clamp():
+    H, Hk, D = 4, 1, 64
+    core = ServingCore(H, Hk, D, P, num_pages=64)
+    bt = np.array([[1, 2, -1], [1, 3, -1]])
+    lens = np.array([10, 9])
+    dev = torch.tensor([[1, 2, 5], [1, 3, 6]], dtype=torch.int32)
+    with pytest.raises(ValueError, match="block_tables: page id -1"):
+        core.prepare(bt, lens)
+    cases = [
+        (dict(row_keys=[0, 1]), ValueError, "device_block_tables: row_keys name"),
+        (dict(device_block_tables=dev.long()), TypeError, "device_block_tables: expected int32"),
+        (dict(device_block_tables=dev[0]), ValueError, "device_block_tables: expected 2 dims"),
+        (dict(device_block_tables=dev[:1]), ValueError, "device_block_tables: 1 rows"),
+        (dict(device_block_tables=dev[:, :2]), ValueError, "device_block_tables: 2 columns"),
+        (dict(device_block_tables=dev, row_keys=[3, 3]), ValueError, "row_keys: two rows"),
+        (dict(device_block_tables=dev, row_keys=[0, -2]), ValueError, "row_keys: entry 1"),
+        (dict(device_block_tables=dev, row_keys=[0]), ValueError, "row_keys: 1 entries"),
+        (dict(device_block_tables=dev, row_keys=[0, 2**30]), ValueError, "row_keys: labels"),
+    ]
+    for kw, err, msg in cases:
+        with pytest.raises(err, match=msg):
+            core.prepare(bt, lens, **kw)
+    with pytest.raises(ValueError, match=r"block_tables: page id 64 at \[1, 1\]"):
+        core.prepare(np.array([[1, 2, -1], [1, 64, -1]]), lens, device_block_tables=dev)
+    with pytest.raises(ValueError, match="device_block_tables: device pages .* num_pages"):
+        ServingCore(H, Hk, D, P).prepare(bt, lens, device_block_tables=dev)
+    # an id outside the cache in the device tables is read as page 0, never outside the cache
+    core.prepare(bt, lens, device_block_tables=torch.tensor([[1, 2, 5], [1, 3, 640]],
+                                                            dtype=torch.int32))
+    assert core.plan.max_page_id < 64
+    rng = np.random.default_rng(0)
+    k = torch.from_numpy(rng.uniform(-1, 1, (64, P, Hk, D)).astype(np.float32))
+    q = torch.from_numpy(rng.uniform(-1, 1, (2, H, D)).astype(np.float32))
+    ref, _ = numpy_oracle(q.numpy(), k.numpy(), k.numpy(), np.array([[1, 2, 5], [1, 3, 0]]),
+                          lens)
+    np.testing.assert_allclose(core.decode(q, k, k).numpy(), ref, atol=2e-5)
+    core.prefetch()
+    with pytest.raises(ValueError, match="device_block_tables: the last step"):
+        core.prepare_predicted()
+    # Plan.resolve_pages itself: label 100 above label_base 64 (key 0, column 36 with stride 64)
+    tree = PrefixTree.from_block_tables([[1, 100]], [8], page_size=P, num_pages=200)
+    plan = treeattn.plan(tree, H, Hk, D)
+    t = torch.tensor([[3, 4, 5]], dtype=torch.int32)
+    for args, err, msg in (((-1, 64, [0], t, 64), ValueError, "label_base"),
+                           ((64, 64, [-1], t, 64), ValueError, "row_of_key"),
+                           ((64, 64, [0], t, 64), ValueError, "table: shape"),
+                           ((64, 64, [0], t.long(), 64), TypeError, "table: expected int32"),
+                           ((64, 64, [0], t[0], 64), ValueError, "table: expected 2 dims"),
+                           ((64, 18, [0, 0, 0], t, 0), ValueError, "num_pages")):
+        with pytest.raises(err, match=msg):
+            plan.resolve_pages(*args)
+    with pytest.raises(ValueError, match="k_cache: has 64 pages but the tree reads page id 100"):
+        treeattn.decode(q[:1], k, k, plan)
+    assert plan.resolve_pages(64, 18, [-1, -1, 0], t, 64) is plan  # key 2, column 0: page 3
+    assert plan.max_page_id == 3
+    ref, _ = numpy_oracle(q[:1].numpy(), k.numpy(), k.numpy(), np.array([[1, 3]]), [8])
+    np.testing.assert_allclose(treeattn.decode(q[:1], k, k, plan).numpy(), ref, atol=2e-5)
+
+
 def test_core_prefetch_used_and_exact():
     rng = np.random.default_rng(5)
     H, Hk, D = 4, 1, 64

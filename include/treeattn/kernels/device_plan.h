@@ -9,6 +9,7 @@
 //   DecodeArgs a = ...;                           // q, out, lse; set_kv_split(&a, ...)
 //   dp.run(a, stream);                            // capturable in a CUDA graph
 //   if (dp.fits(next)) dp.upload(next, stream);   // same workspace: captured graphs stay valid
+//   dp.resolve_pages(pairs, n, table, num_pages, stream);  // page ids from a device block table
 #pragma once
 
 #include <cstdint>
@@ -60,6 +61,18 @@ class DevicePlan {
   /// CUDA error.
   void upload(const Plan& plan, cudaStream_t stream, double headroom = 1.0,
               const LayoutReserve* reserve = nullptr);
+  /// Fills page ids of the uploaded plan from a device array, on `stream`: for i < n, entry
+  /// pairs[2i] of the plan's page ids becomes table[pairs[2i + 1]] (an id outside [0, num_pages)
+  /// becomes 0, so that a bad table cannot send the kernels outside the cache). For an engine whose
+  /// block table lives on the device: the host plans with placeholder ids, and this writes the real
+  /// ones without a device-to-host copy. `pairs` (2n int32, host) goes through a pinned buffer of
+  /// this object (the call returns before the copy ends); `table` is a device int32 array. Call it
+  /// after the upload() of the plan that `pairs` indexes (positions within its page_ids) and
+  /// before run(); a kernel launched after it reads the new ids. Not while `stream` is captured.
+  /// Throws std::invalid_argument naming "pairs" / "table" / "num_pages", std::logic_error before
+  /// any upload, std::runtime_error with the CUDA error.
+  void resolve_pages(const int32_t* pairs, int64_t n, const int32_t* table, int32_t num_pages,
+                     cudaStream_t stream);
   /// True when a workspace exists and `plan` fits its layout (upload() would not reallocate).
   bool fits(const Plan& plan) const;
   /// Runs the uploaded plan on `stream` (run_decode on this plan's device). Throws
@@ -80,6 +93,13 @@ class DevicePlan {
   void* workspace_ = nullptr;
   void* staging_ = nullptr;    ///< pinned host memory, layout_.metadata_bytes
   void* copy_done_ = nullptr;  ///< cudaEvent_t recorded after the last staging copy
+  // resolve_pages(): pinned and device buffers of `resolve_cap_` pairs, and the event after the
+  // last copy from the pinned one
+  void* resolve_staging_ = nullptr;
+  void* resolve_pairs_ = nullptr;
+  void* resolve_done_ = nullptr;
+  int64_t resolve_cap_ = 0;
+  void release_resolve();
   int device_ = -1;
 };
 

@@ -17,6 +17,16 @@ count (a graph per padded batch size launches only those); a step whose tree pla
 them runs the ``query`` planner's plan, which always fits (``counts["graph_fallback"]``), so a
 graph captured once replays every later step of its size within the bound.
 
+Device pages: an engine whose block tables live on the device (vLLM's model runner keeps them
+there) hands prepare() host tables in which it marks the pages it has no host copy of (entry -1),
+with the device tables themselves (``device_block_tables``) and a stable key per row
+(``row_keys``, e.g. the engine's request slot). The tree holds each marked page as a label (above
+the cache's page ids, one per (key, column)), so it is never shared with another row; after the
+plan is installed, the labels' entries of the device plan are filled from the device tables on
+the current stream (:meth:`treeattn.Plan`'s resolve, one small kernel: no device-to-host copy).
+A page that two rows share physically but one of them knows only on the device is then read once
+per row instead of once (missed sharing, never a wrong answer).
+
 KV layouts: separate K and V caches ``[num_pages, page_size, num_kv_heads, head_dim]`` (any
 strides with head_dim contiguous), the combined ``[num_pages, 2, page_size, num_kv_heads,
 head_dim]`` (v_cache=None), and vLLM's packed per-layer cache ``[num_blocks, num_kv_heads,
@@ -100,8 +110,10 @@ class ServingCore:
         self.plans: Dict[Optional[Hashable], Plan] = {}
         #: the plan decode() runs (set by prepare())
         self.plan: Optional[Plan] = None
+        self.num_pages = int(num_pages)
         self._ahead = None  # (bt, lens, TreeSync state, plan) of the predicted next step
-        self.counts = {"planned_ahead": 0, "graph_fallback": 0}
+        self._labeled = False  # the last step had device pages
+        self.counts = {"planned_ahead": 0, "graph_fallback": 0, "device_page_steps": 0}
         self._graph_bound = (0, 0)
         #: the device plan every graph step runs when a graph bound is set (made at the first)
         self.graph_plan: Optional[Plan] = None
@@ -134,20 +146,108 @@ class ServingCore:
         return treeattn.plan(tree, H, Hk, D, planner=planner or self.planner, device=self.preset,
                              headroom=headroom, **self._plan_kv)
 
-    def prepare(self, block_tables: Any, seq_lens: Any, key: Optional[Hashable] = None) -> bool:
+    def prepare(self, block_tables: Any, seq_lens: Any, key: Optional[Hashable] = None, *,
+                device_block_tables: Any = None, row_keys: Any = None) -> bool:
         """Host work of one step: tree update, plan, device metadata refresh.
 
         block_tables [rows, max_pages] and seq_lens [rows]: host integer arrays (numpy or CPU
         tensors), one row per decode query, in the order of decode()'s q rows; length 0 marks a
         padding row. key: the CUDA-graph key of the step (e.g. its padded row count), or None for
         an eager step. Returns False when the key's device plan had to be (re)allocated (a graph
-        captured for that key must be captured again), True otherwise."""
+        captured for that key must be captured again), True otherwise.
+
+        Device pages (module docstring): with ``device_block_tables`` (an int32 tensor [>= rows,
+        cols] on the core's device; row r is this step's row r), entries -1 of a row's pages in
+        block_tables are read from it at [r, column]; ``row_keys`` ([rows] distinct ints >= 0,
+        default the row index) names each row's request across steps. Needs the core's num_pages.
+        Errors name 'device_block_tables', 'row_keys' or 'block_tables'."""
+        labels = None
+        if device_block_tables is not None or row_keys is not None:
+            block_tables, labels = self._label(block_tables, seq_lens, device_block_tables,
+                                               row_keys)
         if key is not None and self._graph_bound[0]:  # before the tree changes
             self._check_graph_bound(host_int_array("seq_lens", seq_lens, 1))
         new = self._take_ahead(block_tables, seq_lens)
         if new is None:
             new = self._plan(self.sync.update(block_tables, seq_lens))
-        return self._install(new, key)
+        fresh = self._install(new, key)
+        self._labeled = labels is not None
+        if labels is not None:
+            self._resolve(*labels)
+            self.counts["device_page_steps"] += 1
+        return fresh
+
+    def _label(self, block_tables: Any, seq_lens: Any, table: Any,
+               row_keys: Any) -> Tuple[np.ndarray, Optional[tuple]]:
+        """block_tables with its -1 page entries replaced by labels, and what resolving them
+        needs (label base, key stride, row of each key, the device table); None when the step
+        has no -1 entry."""
+        if table is None:
+            raise ValueError("device_block_tables: row_keys name the rows of device block "
+                             "tables; pass those too")
+        if self.num_pages <= 0:
+            raise ValueError("device_block_tables: device pages are labelled above the cache's "
+                             "page ids: make the core with num_pages")
+        bt = host_int_array("block_tables", block_tables, 2)
+        lens = host_int_array("seq_lens", seq_lens, 1).astype(np.int64)
+        rows = lens.shape[0]
+        if bt.shape[0] != rows:
+            raise ValueError(f"block_tables: {bt.shape[0]} rows, seq_lens has {rows} entries")
+        shape = tuple(getattr(table, "shape", ()))
+        if len(shape) != 2:
+            raise ValueError(f"device_block_tables: expected 2 dims [rows, pages], got shape "
+                             f"{shape}")
+        if "int32" not in str(getattr(table, "dtype", "")):
+            raise TypeError(f"device_block_tables: expected int32, got "
+                            f"{getattr(table, 'dtype', type(table).__name__)}")
+        dev = getattr(table, "device", None)
+        if getattr(dev, "type", "cpu") != self.device.type:
+            raise ValueError(f"device_block_tables: on {dev}, the core decodes on {self.device}")
+        if shape[0] < rows:
+            raise ValueError(f"device_block_tables: {shape[0]} rows, the step has {rows}")
+        if row_keys is None:
+            keys = np.arange(rows, dtype=np.int64)
+        else:
+            keys = host_int_array("row_keys", row_keys, 1).astype(np.int64)
+            if keys.shape[0] != rows:
+                raise ValueError(f"row_keys: {keys.shape[0]} entries, the step has {rows} rows")
+            if rows and int(keys.min()) < 0:
+                raise ValueError(f"row_keys: entry {int(np.argmin(keys))} is negative")
+            top_key = int(keys.max()) if rows else 0
+            if (np.bincount(keys).max() > 1 if top_key < 8 * rows + 4096
+                    else np.unique(keys).size != rows):
+                raise ValueError("row_keys: two rows have one key")
+        P, base, stride = self.sync.page_size, self.num_pages, int(shape[1])
+        top = base + (int(keys.max()) + 1) * stride if rows else base
+        if top > 2**31 - 1:
+            raise ValueError(f"row_keys: labels of key {int(keys.max())} x {stride} columns "
+                             f"above num_pages {base} pass 2^31-1")
+        need = np.where(lens > 0, (np.maximum(lens, 1) + P - 1) // P, 0)
+        cols = min(int(need.max()) if rows else 0, bt.shape[1])
+        out = bt[:, :max(cols, 1)].astype(np.int64)
+        inside = np.arange(out.shape[1])[None, :] < need[:, None]
+        if (out[inside] >= base).any():
+            r, c = np.argwhere(inside & (out >= base))[0]
+            raise ValueError(f"block_tables: page id {int(out[r, c])} at [{r}, {c}] out of range "
+                             f"[0, {base})")
+        unknown = inside & (out < 0)
+        self.sync.allow_labels()
+        if not unknown.any():
+            return out, None
+        r, c = np.nonzero(unknown)
+        if int(c.max()) >= stride:
+            raise ValueError(f"device_block_tables: {stride} columns, row {int(r[np.argmax(c)])} "
+                             f"needs page column {int(c.max())}")
+        out[r, c] = base + keys[r] * stride + c
+        row_of_key = np.full(int(keys.max()) + 1, -1, dtype=np.int32)
+        row_of_key[keys] = np.arange(rows, dtype=np.int32)
+        return out, (base, stride, row_of_key, table)
+
+    def _resolve(self, base: int, stride: int, row_of_key: np.ndarray, table: Any) -> None:
+        """Fills the labels of the installed plan from the device table (Plan.resolve_pages:
+        on CUDA on torch's current stream, after the plan's upload; on the CPU in the host
+        plan)."""
+        self.plan.resolve_pages(base, stride, row_of_key, table, self.num_pages)
 
     def prepare_predicted(self, key: Optional[Hashable] = None) -> Optional[bool]:
         """prepare() for a step the caller knows is exactly the one prefetch() predicted (the same
@@ -160,6 +260,9 @@ class ServingCore:
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return None
+        if self._labeled:
+            raise ValueError("device_block_tables: the last step had device pages, which "
+                             "prepare_predicted() cannot read: call prepare() with the tables")
         if key is not None and self._graph_bound[0]:  # before the tree changes
             self._check_graph_bound(np.where(ahead[2][3], 0, ahead[1]))
         return self._install(self._adopt(ahead, ahead[0], ahead[1]), key)

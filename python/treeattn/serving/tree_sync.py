@@ -75,7 +75,9 @@ class TreeSync:
     """Keeps ``tree`` equal to the block tables passed to :meth:`update`, step after step.
 
     page_size: tokens per page. num_pages: page ids lie in [0, num_pages) (0: unknown, any id up
-    to 2^31-2). pad_page: page read by padding rows (length 0). verify: after every update,
+    to 2^31-2); after :meth:`allow_labels`, ids from num_pages on are accepted too (labels of
+    pages that only the device knows: ServingCore's device pages). pad_page: page read by padding
+    rows (length 0). verify: after every update,
     compare the tree with the block tables (tests; costs a tree walk). ``counts`` tells how
     many steps took each path ('rebuild', 'incremental', 'unchanged'). Thread safety: not
     thread-safe (it updates its tree in place): one thread at a time.
@@ -87,12 +89,21 @@ class TreeSync:
         self.num_pages = check_int("num_pages", num_pages, 0, _INT32_MAX) or _INT32_MAX
         self.pad_page = check_int("pad_page", pad_page, 0, self.num_pages - 1)
         self.verify = bool(verify)
+        self._limit = self.num_pages  # ids below it are accepted (labels: 2^31-1)
         self.tree: Optional[PrefixTree] = None
         self._bt: Optional[np.ndarray] = None  # previous step: [rows, max pages needed]
         self._lens: Optional[np.ndarray] = None
         self._pad: Optional[np.ndarray] = None  # previous step: padding rows
         self.counts: Dict[str, int] = {"rebuild": 0, "incremental": 0, "unchanged": 0}
         self.last_path = ""
+
+    def allow_labels(self) -> None:
+        """From now on, accepts page ids in [num_pages, 2^31-1) too: labels the caller gave pages
+        it knows only on the device (their range is the caller's to check). The next update
+        rebuilds the tree."""
+        if self._limit != _INT32_MAX:
+            self._limit = _INT32_MAX
+            self.tree = None
 
     # ---- inputs
 
@@ -131,10 +142,10 @@ class TreeSync:
             raise ValueError(f"block_tables: page id {int(bt[bad[0], bad[1]])} at "
                              f"[{bad[0]}, {bad[1]}] is negative")
         np.putmask(out, past, -1)
-        if int(out.max()) >= self.num_pages:
-            bad = np.argwhere(out >= self.num_pages)[0]
+        if int(out.max()) >= self._limit:
+            bad = np.argwhere(out >= self._limit)[0]
             raise ValueError(f"block_tables: page id {int(out[bad[0], bad[1]])} at "
-                             f"[{bad[0]}, {bad[1]}] out of range [0, {self.num_pages})")
+                             f"[{bad[0]}, {bad[1]}] out of range [0, {self._limit})")
         return out, lens, pad
 
     # ---- the step
@@ -159,7 +170,7 @@ class TreeSync:
         if path == "rebuild":
             try:
                 self.tree = PrefixTree.from_block_tables(bt, lens, page_size=self.page_size,
-                                                         num_pages=self.num_pages)
+                                                         num_pages=self._limit)
             except ValueError as e:
                 if "block_tables" in str(e) or "seq_lens" in str(e):
                     raise

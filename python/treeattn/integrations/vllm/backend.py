@@ -25,10 +25,21 @@ reads fp8 KV only with FA3 on SM90 / FA4 on SM100), per-head scales
 (``use_per_head_quant_scales``: treeattn takes one K and one V scale per layer) and the other
 quantized formats (fp8_inc, fp8_per_token_head, int8, nvfp4, ...).
 
-vLLM gives a builder no host copy of the block table (its model runner V2 gathers the batch's
-block table on the GPU), so build() copies the decode rows' block-table prefix to the host: one
-device-to-host copy per step. Sequence lengths come from ``seq_lens_cpu_upper_bound``, exact
-without speculative decoding (with it, the lengths are copied too).
+Block tables without a device-to-host synchronization. vLLM gives a builder no host copy of the
+block table (its model runner V2 gathers the batch's table on the GPU), but it gives each row's
+request slot (``req_idx``) and whether it is still prefilling (``is_prefilling``), both on the
+host. The builder keeps a host copy of each slot's row (treeattn.serving.HostRows), taken at the
+request's prefill steps by a non-blocking copy whose event is polled, never waited on, at later
+steps. A decode row's pages past that copy (the pages its decode opened), and every page of a row
+whose copy has not landed yet, go to the core as device pages (ServingCore.prepare's
+``device_block_tables``): the tree holds them as labels private to the row, and the core fills
+them into the device plan from ``block_table_tensor`` with one small kernel. A page shared
+with a row that knows it only on the device is then read once per row (a new request whose
+prefix-cache hit reaches into another request's decode-time pages): missed sharing, never a wrong
+answer. Sequence lengths come from ``seq_lens_cpu_upper_bound``, exact without speculative
+decoding (with it, the lengths are copied to the host: one synchronizing copy per step). Without
+``req_idx`` / a host ``is_prefilling`` (vLLM's V1 model runner) or without the cache's block
+count, build() copies the decode rows' block tables to the host each step instead, as before.
 
 CUDA graphs: ``_cudagraph_support = UNIFORM_SINGLE_TOKEN_DECODE``: vLLM captures full graphs of
 pure-decode batches (and runs this backend's attention eagerly between its piecewise graphs for
@@ -59,7 +70,7 @@ from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
 import treeattn
-from treeattn.serving import ServingCore, split_packed_kv
+from treeattn.serving import HostRows, ServingCore, split_packed_kv
 from .._common import HEAD_SIZES, preset_for
 
 from . import load_config
@@ -249,6 +260,11 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
                     "model_config.max_model_len to bound their block tables")
             self.core.set_graph_bound(rows, -(-int(max_len) // self.page_size))
         self._fa_builder = None
+        #: host copies of request slots' rows (None: the cache's block count is unknown, so
+        #: device pages cannot be labelled above it; build() copies block tables each step)
+        self.host_rows = HostRows() if num_pages > 0 else None
+        #: decode steps whose block tables build() copied to the host (the fallback)
+        self.table_copies = 0
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> TreeAttnMetadata:
@@ -263,16 +279,73 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
             else:
                 lens = _host(cm.seq_lens[:nd])
             cols = max(1, -(-int(lens.max()) // self.page_size))
-            bt = _host(cm.block_table_tensor[:nd, :cols])
             rows, pages = self.core.graph_bound
             graph = 0 < nd <= rows and cols <= pages  # within the bound: the graph plan
-            self.core.prepare(bt, lens, key=GRAPH_KEY if graph else None)
+            key = GRAPH_KEY if graph else None
+            slots = self._slots(cm, nd)
+            if slots is None:  # no request slots on the host: copy the tables
+                self.table_copies += 1
+                self.core.prepare(_host(cm.block_table_tensor[:nd, :cols]), lens, key=key)
+            else:
+                self._prepare_device_pages(cm, nd, lens, cols, slots, key)
             md.plan = self.core.plan
+        if npf and self.host_rows is not None and cm.req_idx is not None:
+            # copy the prefilling rows' pages (non-blocking) for their first decode steps; rows
+            # of decoding requests (speculative verification) need none
+            end = nd + npf
+            if len(cm.req_idx) >= end and cm.seq_lens_cpu_upper_bound is not None:
+                sel = np.arange(npf)
+                flags = cm.is_prefilling
+                if flags is not None and getattr(flags, "device", None) == torch.device("cpu"):
+                    sel = sel[np.asarray(flags[nd:end], dtype=bool)]
+                if sel.size:
+                    plens = np.asarray(cm.seq_lens_cpu_upper_bound[nd:end], np.int64)[sel]
+                    need = -(-plens // self.page_size)
+                    w = max(1, int(need.max()))
+                    self.host_rows.request(cm.block_table_tensor[nd:end, :w], sel,
+                                           np.asarray(cm.req_idx[nd:end])[sel], need)
         if npf:
             md.prefill = _slice_from(cm, nd, ndt)
             if torch.device(self.device).type == "cuda":
                 md.prefill_fa = self._flash_builder().build(0, md.prefill, fast_build)
         return md
+
+    def _slots(self, cm: CommonAttentionMetadata, nd: int) -> Optional[np.ndarray]:
+        """Each decode row's request slot (padding rows past vLLM's requests get slots of
+        their own), or None when vLLM gives no host slots and prefill flags."""
+        flags = cm.is_prefilling
+        if (self.host_rows is None or cm.req_idx is None or flags is None
+                or getattr(flags, "device", torch.device("cpu")).type != "cpu"):
+            return None
+        idx = np.asarray(cm.req_idx[:nd], dtype=np.int64)
+        if np.unique(idx).size != idx.size:  # rows sharing a request (context parallelism)
+            return None
+        if idx.shape[0] < nd:  # padded graph rows: keys above every slot
+            top = int(idx.max()) + 1 if idx.size else 0
+            idx = np.concatenate([idx, top + np.arange(nd - idx.shape[0])])
+        return idx
+
+    def _prepare_device_pages(self, cm, nd: int, lens: np.ndarray, cols: int,
+                              slots: np.ndarray, key) -> None:
+        """prepare() with the host rows known so far and the rest as device pages; then copies
+        (non-blocking) the rows that have no host copy yet, for the next steps."""
+        hr = self.host_rows
+        hr.poll()
+        flags = np.asarray(cm.is_prefilling[:nd], dtype=bool)
+        fresh = np.zeros(nd, dtype=bool)
+        fresh[:flags.shape[0]] = flags
+        hr.forget(slots[fresh])  # a request whose prefill is one token: a new row in its slot
+        bt = hr.table(slots, cols)
+        self.core.prepare(bt, lens, key=key, device_block_tables=cm.block_table_tensor[:nd],
+                          row_keys=slots)
+        real = min(nd, len(cm.req_idx))
+        busy = hr.pending_slots()
+        want = np.asarray([i for i in range(real) if lens[i] > 0 and int(slots[i]) not in hr.rows
+                           and int(slots[i]) not in busy], dtype=np.int64)
+        if want.size:
+            lo, hi = int(want[0]), int(want[-1]) + 1
+            hr.request(cm.block_table_tensor[lo:hi, :cols], want - lo, slots[want],
+                       -(-lens[want] // self.page_size))
 
     def _flash_builder(self):
         if self._fa_builder is None:
