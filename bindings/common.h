@@ -105,6 +105,8 @@ struct PyPlan {
   int64_t label_base = -1;
   std::shared_ptr<const PlanState> resolved;
   int64_t resolved_max_page_id = -1;  ///< largest page id the resolved state can read
+  /// A host resolve (CPU): the state it made and the labelled state it came from (check()).
+  std::shared_ptr<const PlanState> host_resolved, host_labelled;
 
   /// Plans a copy of `t`, without the GIL.
   PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
@@ -123,8 +125,8 @@ struct PyPlan {
   /// Replaces the page ids >= label_base of the current state, labels label_base + key *
   /// key_stride + col, with table[row_of_key[key], col] (an int32 [rows, cols] array):
   /// on the device (workspace entries, DevicePlan::resolve_pages) when the plan has a workspace,
-  /// else in a new host state. Ids outside [0, num_pages) become 0. Errors name "row_of_key" /
-  /// "table" / "num_pages" / "label_base".
+  /// else in a new host state. Ids outside [0, num_pages) become 0. Errors name "label_base" /
+  /// "key_stride" / "row_of_key" / "table" / "num_pages".
   void resolve_pages(int64_t label_base, int64_t key_stride, const int32_t* row_of_key,
                      int64_t num_keys, const AnyArray& table, int32_t num_pages, uintptr_t stream);
   /// Whether `other` fits this plan's layout (same shape, every capacity large enough).

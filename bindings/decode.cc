@@ -502,8 +502,8 @@ void decode(PyPlan& p, const AnyArray& q, const AnyArray& k, std::optional<AnyAr
   const std::shared_ptr<const PlanState> st = p.state.snapshot();
   ExpectedShape e = expected_from_plan(*st);
   if (p.label_base >= 0 && st->max_page_id >= p.label_base) {  // device-page labels
-    TA_CHECK_ARG(p.resolved == st && q.device_type() == kDlCuda, "plan", "its page ids from ",
-                 p.label_base, " on are device-page labels, resolved ",
+    TA_CHECK_ARG(p.resolved == st && p.device != nullptr && q.device_type() == kDlCuda, "plan",
+                 "its page ids from ", p.label_base, " on are device-page labels, resolved ",
                  "on the device for one plan state only (ServingCore resolves them after every "
                  "update); this state's are not, or the decode is not on that device");
     e.max_page_id = p.resolved_max_page_id;

@@ -114,6 +114,8 @@ void PyPlan::release_device() {
 #endif
   device = nullptr;
   device_id = -1;
+  resolved.reset();  // a new workspace holds the labels again until the next resolve
+  resolved_max_page_id = -1;
 }
 
 void PyPlan::to_device(int32_t device_index, uintptr_t stream) {
@@ -164,10 +166,11 @@ void PyPlan::update(const PyPlan& other, uintptr_t stream) {
 void PyPlan::resolve_pages(int64_t base, int64_t key_stride, const int32_t* row_of_key,
                            int64_t num_keys, const AnyArray& table, int32_t num_pages,
                            uintptr_t stream) {
-  TA_CHECK_ARG(base >= 0 && key_stride >= 1, "label_base",
-               "expected label_base >= 0 and "
-               "key_stride >= 1, got ",
-               base, " and ", key_stride);
+  TA_CHECK_ARG(base >= 0, "label_base", "must be >= 0, got ", base);
+  TA_CHECK_ARG(key_stride >= 1, "key_stride", "must be >= 1, got ", key_stride);
+  // from now on a decode refuses any state with ids >= base that this call did not resolve, also
+  // when it throws below
+  label_base = base;
   TA_CHECK_ARG(num_pages >= 1, "num_pages", "must be >= 1, got ", num_pages);
   if (table.dtype() != nb::dtype<int32_t>())
     throw nb::type_error(("table: expected int32, got " + dtype_str(table.dtype())).c_str());
@@ -188,8 +191,9 @@ void PyPlan::resolve_pages(int64_t base, int64_t key_stride, const int32_t* row_
     TA_CHECK_ARG(key < num_keys && row_of_key[key] >= 0, "row_of_key", "the plan reads page label ",
                  id, " of key ", key, ", which has no row in this step");
     const int64_t row = row_of_key[key];
-    TA_CHECK_ARG(row < rows && col < cols, "table", "shape ", shape_str(table), " has no entry [",
-                 row, ", ", col, "]");
+    TA_CHECK_ARG(row < rows, "row_of_key", "key ", key, " names row ", row, ", table has ", rows);
+    TA_CHECK_ARG(col < cols, "table", "shape ", shape_str(table), " has no entry [", row, ", ", col,
+                 "]");
     const int64_t src = row * table.stride(0) + col * table.stride(1);
     TA_CHECK_ARG(src >= 0 && src <= std::numeric_limits<int32_t>::max(), "table", "entry [", row,
                  ", ", col, "] lies ", src, " elements from its start (at most 2^31-1)");
@@ -211,6 +215,8 @@ void PyPlan::resolve_pages(int64_t base, int64_t key_stride, const int32_t* row_
     next->max_page_id = -1;
     for (const int32_t id : next->plan.page_ids)
       next->max_page_id = std::max(next->max_page_id, id);
+    host_labelled = st;  // check() checks the state the labels came from (same structure)
+    host_resolved = next;
     state.replace(std::move(next));
     return;
   }
@@ -221,7 +227,6 @@ void PyPlan::resolve_pages(int64_t base, int64_t key_stride, const int32_t* row_
                device ? "on cuda:" + std::to_string(device_id) : std::string("not made yet"));
   device->resolve_pages(pairs.data(), n, static_cast<const int32_t*>(table.data()), num_pages,
                         reinterpret_cast<cudaStream_t>(stream));
-  label_base = base;
   resolved = st;
   resolved_max_page_id = n > 0 ? std::max<int64_t>(max_real, num_pages - 1) : max_real;
 #else
@@ -325,7 +330,8 @@ void register_plan(nb::module_& m) {
       .def(
           "check",
           [](const PyPlan& p) {
-            const std::shared_ptr<const PlanState> st = p.state.snapshot();
+            std::shared_ptr<const PlanState> st = p.state.snapshot();
+            if (st == p.host_resolved) st = p.host_labelled;  // its tree holds the labels
             validate_plan(st->plan);
             check_coverage(st->tree, st->plan);
           },

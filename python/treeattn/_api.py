@@ -231,7 +231,13 @@ class Plan(_ext.Plan):
         device); a GPU decode then runs the state resolved, and refuses a later state with
         labels until it is resolved too. Without one: in the host plan (`table` on the CPU).
         Errors name 'label_base', 'row_of_key', 'table' or 'num_pages'. Returns self."""
-        keys = np.ascontiguousarray(np.asarray(row_of_key), dtype=np.int32)
+        keys = np.asarray(row_of_key)
+        if keys.dtype.kind not in "iu" or keys.ndim != 1:
+            raise TypeError(f"row_of_key: expected a 1-D integer array, got {keys.dtype} with "
+                            f"shape {keys.shape}")
+        if keys.size and (int(keys.min()) < -1 or int(keys.max()) > 2**31 - 1):
+            raise ValueError("row_of_key: entries must lie in [-1, 2^31-1]")
+        keys = np.ascontiguousarray(keys, dtype=np.int32)
         idx = self.device_index
         self._resolve_pages(int(label_base), int(key_stride), keys, table, int(num_pages),
                             _default_stream(stream, idx) if idx is not None else 0)

@@ -199,19 +199,21 @@ void DevicePlan::resolve_pages(const int32_t* pairs, int64_t n, const int32_t* t
     }
     resolve_cap_ = cap;
   }
-  // the previous call's copy must have read the pinned buffer before it is rewritten
+  // the previous call's copy and kernel must have read the pair buffers before they are rewritten
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(resolve_done_)),
         "waiting for the last resolve copy");
   const size_t bytes = static_cast<size_t>(n) * 2 * sizeof(int32_t);
   std::copy(pairs, pairs + 2 * n, static_cast<int32_t*>(resolve_staging_));
   check(cudaMemcpyAsync(resolve_pairs_, resolve_staging_, bytes, cudaMemcpyHostToDevice, stream),
         "resolve pairs upload (cudaMemcpyAsync)");
-  check(cudaEventRecord(static_cast<cudaEvent_t>(resolve_done_), stream), "cudaEventRecord");
   int32_t* page_ids =
       reinterpret_cast<int32_t*>(static_cast<char*>(workspace_) + layout_.page_ids_off);
   check(cuda_detail::launch_resolve_pages(page_ids, static_cast<const int32_t*>(resolve_pairs_),
                                           static_cast<int32_t>(n), table, num_pages, stream),
         "resolve_pages kernel launch");
+  // after the kernel: the next call rewrites both pair buffers only once it has read them (also
+  // when that call comes on another stream)
+  check(cudaEventRecord(static_cast<cudaEvent_t>(resolve_done_), stream), "cudaEventRecord");
 }
 
 void DevicePlan::run(const DecodeArgs& args, cudaStream_t stream) const {

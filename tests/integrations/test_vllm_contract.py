@@ -215,6 +215,19 @@ def test_prefill_delegation_to_flash_attention(backend, kv, fa_takes_fp8_q, monk
         assert got_q is q
 
 
+def test_microbatching_keeps_no_host_rows(backend, vllm_config, monkeypatch):
+    """With microbatching vLLM makes one builder per microbatch and a request's steps may pass
+    through either, so no builder can keep host copies of its rows: the per-step copy."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    spec = FullAttentionSpec(block_size=P, num_kv_heads=HK, head_size=D, dtype=torch.float16)
+    monkeypatch.setattr(vllm_config.cache_config, "num_gpu_blocks", 64)
+    cls = backend.get_builder_cls()
+    assert cls(spec, ["l"], vllm_config, torch.device("cpu")).host_rows is not None
+    monkeypatch.setattr(type(vllm_config.parallel_config), "use_ubatching", property(lambda s: True))
+    assert cls(spec, ["l"], vllm_config, torch.device("cpu")).host_rows is None
+
+
 def test_config_from_env_and_file(tmp_path):
     f = tmp_path / "treeattn.json"
     f.write_text(json.dumps({"planner": "query", "headroom": 3}))
@@ -432,6 +445,21 @@ def test_build_and_forward_match_reference(backend, vllm_config, layout, kv, mon
         np.testing.assert_allclose(out.float().numpy(), ref, atol=4e-3)
         mixed += md.num_decodes > 0 and md.num_prefills > 0
         decode_steps += md.num_decodes > 0
+    if host_slots:
+        # a capture batch (made-up slots, zeroed tables): every page read on the device, the
+        # host rows left as they were
+        known, copied = dict(builder.host_rows.rows), builder.host_rows.rows_copied
+        n = 4
+        z = torch.zeros(n + 1, dtype=torch.int32)
+        dummy = vbase.CommonAttentionMetadata(
+            query_start_loc=torch.arange(n + 1, dtype=torch.int32),
+            query_start_loc_cpu=torch.arange(n + 1, dtype=torch.int32),
+            seq_lens=torch.full((n,), 3, dtype=torch.int32), num_reqs=n, num_actual_tokens=n,
+            max_query_len=1, max_seq_len=3, block_table_tensor=torch.zeros(n, 8, dtype=torch.int32),
+            slot_mapping=torch.zeros(n, dtype=torch.int64), seq_lens_cpu_upper_bound=z[:n] + 3,
+            req_idx=np.arange(n), is_prefilling=torch.zeros(n, dtype=torch.bool))
+        assert builder.build_for_cudagraph_capture(dummy).num_decodes == n
+        assert builder.host_rows.rows_copied == copied and set(builder.host_rows.rows) == set(known)
     assert mixed >= 5 and decode_steps >= 15
     assert builder.core.sync.counts["incremental"] > 0, builder.core.sync.counts
     if host_slots:  # no block-table copy of a whole step; decode-time pages read on the device

@@ -416,6 +416,8 @@ def test_core_device_pages_errors_and_clamp():
     tree = PrefixTree.from_block_tables([[1, 100]], [8], page_size=P, num_pages=200)
     plan = treeattn.plan(tree, H, Hk, D)
     t = torch.tensor([[3, 4, 5]], dtype=torch.int32)
+    with pytest.raises(ValueError, match="k_cache: has 64 pages but the tree reads page id 100"):
+        treeattn.decode(q[:1], k, k, plan)  # no resolve yet: the cache check stops the label
     for args, err, msg in (((-1, 64, [0], t, 64), ValueError, "label_base"),
                            ((64, 64, [-1], t, 64), ValueError, "row_of_key"),
                            ((64, 64, [0], t, 64), ValueError, "table: shape"),
@@ -424,12 +426,42 @@ def test_core_device_pages_errors_and_clamp():
                            ((64, 18, [0, 0, 0], t, 0), ValueError, "num_pages")):
         with pytest.raises(err, match=msg):
             plan.resolve_pages(*args)
-    with pytest.raises(ValueError, match="k_cache: has 64 pages but the tree reads page id 100"):
-        treeattn.decode(q[:1], k, k, plan)
+    # after device pages, a step without them still gets its page ids checked against num_pages
+    with pytest.raises(ValueError, match=r"block_tables: page id 70 at \[0, 1\]"):
+        core.prepare(np.array([[1, 70, 4], [1, 3, 6]]), lens)
+    # a -1 before a known page: the row's pages from its first -1 on are device pages
+    core.prepare(np.array([[1, -1, 5], [1, 3, -1]]), lens, device_block_tables=dev)
+    ref, _ = numpy_oracle(q.numpy(), k.numpy(), k.numpy(), dev.numpy(), lens)
+    np.testing.assert_allclose(core.decode(q, k, k).numpy(), ref, atol=2e-5)
+    with pytest.raises(ValueError, match="key_stride"):
+        plan.resolve_pages(64, 0, [0], t, 64)
+    with pytest.raises(ValueError, match="row_of_key: key 2 names row 5"):
+        plan.resolve_pages(64, 18, [-1, -1, 5], t, 64)
+    with pytest.raises(ValueError, match="plan: its page ids from 64 on are device-page labels"):
+        treeattn.decode(q[:1], k, k, plan)  # refused once a resolve named the labels
     assert plan.resolve_pages(64, 18, [-1, -1, 0], t, 64) is plan  # key 2, column 0: page 3
     assert plan.max_page_id == 3
+    plan.check()  # checks the labelled state the resolve came from
     ref, _ = numpy_oracle(q[:1].numpy(), k.numpy(), k.numpy(), np.array([[1, 3]]), [8])
     np.testing.assert_allclose(treeattn.decode(q[:1], k, k, plan).numpy(), ref, atol=2e-5)
+
+
+def test_host_rows_copies_poll_and_forget():
+    """HostRows on CPU tensors: a copy is the table's rows at request() time (never its storage:
+    later writes to the table do not reach it), lands at the next poll(), and a forget() after
+    the request drops it (the slot's new request must not read the old row)."""
+    from treeattn.serving import HostRows
+
+    hr = HostRows()
+    table = torch.tensor([[1, 2, 3, 0], [4, 5, 6, 7], [8, 9, 0, 0]], dtype=torch.int32)
+    hr.request(table, np.array([0, 1]), np.array([5, 9]), np.array([3, 4]))
+    assert hr.pending_slots() == {5, 9} and hr.rows_copied == 2
+    table.fill_(-3)  # the engine's next step rewrites its table
+    hr.forget([9])
+    hr.poll()
+    assert list(hr.rows) == [5] and hr.rows[5].tolist() == [1, 2, 3]
+    got = hr.table(np.array([5, 9, 2]), 4)
+    assert got.tolist() == [[1, 2, 3, -1], [-1] * 4, [-1] * 4]
 
 
 def test_core_prefetch_used_and_exact():

@@ -236,6 +236,12 @@ def test_device_pages_filled_before_each_replay(dtype):
         replay_checked(core, graphs, bufs, gen, k, v, bt, lens)
     assert core.counts["device_page_steps"] >= 30, core.counts
     assert len(graphs) >= 2 and core.sync.counts["incremental"] > 0
+    # the last step had labels: a fresh workspace holds them again, so a decode refuses the
+    # plan until the next resolve
+    assert core.plan.max_page_id >= pages
+    core.plan.release_device()
+    with pytest.raises(ValueError, match="plan: its page ids from 2000 on"):
+        core.decode(bufs[n][0], k, v)
 
 
 def test_engine_steps_without_a_synchronization():

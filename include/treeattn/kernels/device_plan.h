@@ -66,7 +66,8 @@ class DevicePlan {
   /// becomes 0, so that a bad table cannot send the kernels outside the cache). For an engine whose
   /// block table lives on the device: the host plans with placeholder ids, and this writes the real
   /// ones without a device-to-host copy. `pairs` (2n int32, host) goes through a pinned buffer of
-  /// this object (the call returns before the copy ends); `table` is a device int32 array. Call it
+  /// this object (the call returns before the copy ends; it waits on the host for the previous
+  /// call's kernel before it reuses the buffers); `table` is a device int32 array. Call it
   /// after the upload() of the plan that `pairs` indexes (positions within its page_ids) and
   /// before run(); a kernel launched after it reads the new ids. Not while `stream` is captured.
   /// Throws std::invalid_argument naming "pairs" / "table" / "num_pages", std::logic_error before
@@ -94,7 +95,7 @@ class DevicePlan {
   void* staging_ = nullptr;    ///< pinned host memory, layout_.metadata_bytes
   void* copy_done_ = nullptr;  ///< cudaEvent_t recorded after the last staging copy
   // resolve_pages(): pinned and device buffers of `resolve_cap_` pairs, and the event after the
-  // last copy from the pinned one
+  // last call's kernel
   void* resolve_staging_ = nullptr;
   void* resolve_pairs_ = nullptr;
   void* resolve_done_ = nullptr;

@@ -18,7 +18,8 @@ them runs the ``query`` planner's plan, which always fits (``counts["graph_fallb
 graph captured once replays every later step of its size within the bound.
 
 Device pages: an engine whose block tables live on the device (vLLM's model runner keeps them
-there) hands prepare() host tables in which it marks the pages it has no host copy of (entry -1),
+there) hands prepare() host tables in which it marks the pages it has no host copy of (entry -1;
+a row's pages from its first -1 on are all read on the device),
 with the device tables themselves (``device_block_tables``) and a stable key per row
 (``row_keys``, e.g. the engine's request slot). The tree holds each marked page as a label (above
 the cache's page ids, one per (key, column)), so it is never shared with another row; after the
@@ -157,14 +158,22 @@ class ServingCore:
         captured for that key must be captured again), True otherwise.
 
         Device pages (module docstring): with ``device_block_tables`` (an int32 tensor [>= rows,
-        cols] on the core's device; row r is this step's row r), entries -1 of a row's pages in
-        block_tables are read from it at [r, column]; ``row_keys`` ([rows] distinct ints >= 0,
+        cols] on the core's device; row r is this step's row r), a row's pages from its first -1
+        in block_tables on are read from it at [r, column]; ``row_keys`` ([rows] distinct ints >= 0,
         default the row index) names each row's request across steps. Needs the core's num_pages.
         Errors name 'device_block_tables', 'row_keys' or 'block_tables'."""
         labels = None
         if device_block_tables is not None or row_keys is not None:
             block_tables, labels = self._label(block_tables, seq_lens, device_block_tables,
                                                row_keys)
+        elif self.sync.labels_allowed:  # TreeSync takes labels now: check the real ids here
+            bt = host_int_array("block_tables", block_tables, 2)
+            lens = host_int_array("seq_lens", seq_lens, 1).astype(np.int64)
+            if bt.shape[0] == lens.shape[0]:
+                need = np.where(lens > 0, (np.maximum(lens, 1) + self.sync.page_size - 1)
+                                // self.sync.page_size, 0)
+                _check_ids(bt[:, :max(min(int(need.max(initial=0)), bt.shape[1]), 1)], need,
+                           self.num_pages)
         if key is not None and self._graph_bound[0]:  # before the tree changes
             self._check_graph_bound(host_int_array("seq_lens", seq_lens, 1))
         new = self._take_ahead(block_tables, seq_lens)
@@ -201,8 +210,13 @@ class ServingCore:
             raise TypeError(f"device_block_tables: expected int32, got "
                             f"{getattr(table, 'dtype', type(table).__name__)}")
         dev = getattr(table, "device", None)
-        if getattr(dev, "type", "cpu") != self.device.type:
-            raise ValueError(f"device_block_tables: on {dev}, the core decodes on {self.device}")
+        here = self.device
+        if self.device.type == "cuda" and self.device.index is None:
+            import torch
+
+            here = torch.device("cuda", torch.cuda.current_device())
+        if str(dev if dev is not None else "cpu") != str(here):
+            raise ValueError(f"device_block_tables: on {dev}, the core decodes on {here}")
         if shape[0] < rows:
             raise ValueError(f"device_block_tables: {shape[0]} rows, the step has {rows}")
         if row_keys is None:
@@ -225,12 +239,9 @@ class ServingCore:
         need = np.where(lens > 0, (np.maximum(lens, 1) + P - 1) // P, 0)
         cols = min(int(need.max()) if rows else 0, bt.shape[1])
         out = bt[:, :max(cols, 1)].astype(np.int64)
-        inside = np.arange(out.shape[1])[None, :] < need[:, None]
-        if (out[inside] >= base).any():
-            r, c = np.argwhere(inside & (out >= base))[0]
-            raise ValueError(f"block_tables: page id {int(out[r, c])} at [{r}, {c}] out of range "
-                             f"[0, {base})")
-        unknown = inside & (out < 0)
+        inside = _check_ids(out, need, base)
+        # a row's pages from its first -1 on: the tree needs each row's known pages as a prefix
+        unknown = inside & (np.cumsum(out < 0, axis=1) > 0)
         self.sync.allow_labels()
         if not unknown.any():
             return out, None
@@ -391,6 +402,17 @@ class ServingCore:
             raise ValueError("plan: no step prepared yet: call prepare() first")
         return treeattn.decode(q, k_cache, v_cache, self.plan, out=out, sm_scale=sm_scale,
                                k_scale=k_scale, v_scale=v_scale)
+
+
+def _check_ids(bt: np.ndarray, need: np.ndarray, num_pages: int) -> np.ndarray:
+    """The mask of each row's first need[r] entries of bt; ValueError naming 'block_tables' when
+    one of them is >= num_pages."""
+    inside = np.arange(bt.shape[1])[None, :] < need[:, None]
+    if (bt[inside] >= num_pages).any():
+        r, c = np.argwhere(inside & (bt >= num_pages))[0]
+        raise ValueError(f"block_tables: page id {int(bt[r, c])} at [{r}, {c}] out of range "
+                         f"[0, {num_pages})")
+    return inside
 
 
 def _is_fp8_name(kv_dtype: Any) -> bool:

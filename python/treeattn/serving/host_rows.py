@@ -38,11 +38,12 @@ class HostRows:
         import torch
 
         self.forget(slots)
-        host = table.to("cpu", non_blocking=True)  # pinned, asynchronous from a CUDA table
+        # pinned and asynchronous from a CUDA table; a copy from a CPU one (never its storage)
+        host = table.to("cpu", non_blocking=True, copy=True)
         event = None
         if table.device.type == "cuda":
             event = torch.cuda.Event()
-            event.record()
+            event.record(torch.cuda.current_stream(table.device))
         gens = [self._gen[int(s)] for s in slots]
         self._pending.append((np.asarray(select), np.asarray(slots), np.asarray(pages), gens,
                               host, event))

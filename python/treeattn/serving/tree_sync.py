@@ -90,6 +90,7 @@ class TreeSync:
         self.pad_page = check_int("pad_page", pad_page, 0, self.num_pages - 1)
         self.verify = bool(verify)
         self._limit = self.num_pages  # ids below it are accepted (labels: 2^31-1)
+        self._labels = False
         self.tree: Optional[PrefixTree] = None
         self._bt: Optional[np.ndarray] = None  # previous step: [rows, max pages needed]
         self._lens: Optional[np.ndarray] = None
@@ -97,11 +98,17 @@ class TreeSync:
         self.counts: Dict[str, int] = {"rebuild": 0, "incremental": 0, "unchanged": 0}
         self.last_path = ""
 
+    @property
+    def labels_allowed(self) -> bool:
+        """Whether allow_labels() was called."""
+        return self._labels
+
     def allow_labels(self) -> None:
         """From now on, accepts page ids in [num_pages, 2^31-1) too: labels the caller gave pages
         it knows only on the device (their range is the caller's to check). The next update
         rebuilds the tree."""
-        if self._limit != _INT32_MAX:
+        if not self._labels:
+            self._labels = True
             self._limit = _INT32_MAX
             self.tree = None
 

@@ -261,15 +261,30 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
             self.core.set_graph_bound(rows, -(-int(max_len) // self.page_size))
         self._fa_builder = None
         #: host copies of request slots' rows (None: the cache's block count is unknown, so
-        #: device pages cannot be labelled above it; build() copies block tables each step)
-        self.host_rows = HostRows() if num_pages > 0 else None
+        #: device pages cannot be labelled above it, or vLLM splits steps into microbatches,
+        #: each with its own builder that sees some of a request's steps only; build() then
+        #: copies block tables each step)
+        ubatching = getattr(getattr(vllm_config, "parallel_config", None), "use_ubatching", False)
+        self.host_rows = HostRows() if num_pages > 0 and not ubatching else None
+        self._capturing = False
         #: decode steps whose block tables build() copied to the host (the fallback)
         self.table_copies = 0
+
+    def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata):
+        """build() of a capture or dummy batch (made-up request slots and tables): its decode
+        rows read every page on the device, and the host row copies are left alone."""
+        self._capturing = True
+        try:
+            return self.build(0, common_attn_metadata)
+        finally:
+            self._capturing = False
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> TreeAttnMetadata:
         cm = common_attn_metadata
         nd, npf, ndt, npt = split_decodes_and_prefills(cm, decode_threshold=1)
+        if not self._capturing:
+            self._forget_prefilling(cm, nd, npf)
         md = TreeAttnMetadata(num_actual_tokens=cm.num_actual_tokens, num_decodes=nd,
                               num_decode_tokens=ndt, num_prefills=npf, num_prefill_tokens=npt,
                               slot_mapping=cm.slot_mapping)
@@ -283,13 +298,16 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
             graph = 0 < nd <= rows and cols <= pages  # within the bound: the graph plan
             key = GRAPH_KEY if graph else None
             slots = self._slots(cm, nd)
+            if slots is not None and self.core.num_pages + (int(slots.max()) + 1) * int(
+                    cm.block_table_tensor.shape[1]) > 2**31 - 1:
+                slots = None  # too many labels for int32 page ids
             if slots is None:  # no request slots on the host: copy the tables
                 self.table_copies += 1
                 self.core.prepare(_host(cm.block_table_tensor[:nd, :cols]), lens, key=key)
             else:
                 self._prepare_device_pages(cm, nd, lens, cols, slots, key)
             md.plan = self.core.plan
-        if npf and self.host_rows is not None and cm.req_idx is not None:
+        if npf and self.host_rows is not None and cm.req_idx is not None and not self._capturing:
             # copy the prefilling rows' pages (non-blocking) for their first decode steps; rows
             # of decoding requests (speculative verification) need none
             end = nd + npf
@@ -309,6 +327,21 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
             if torch.device(self.device).type == "cuda":
                 md.prefill_fa = self._flash_builder().build(0, md.prefill, fast_build)
         return md
+
+    def _forget_prefilling(self, cm: CommonAttentionMetadata, nd: int, npf: int) -> None:
+        """Forgets the host rows of every slot whose request is prefilling in this step (a new
+        or resumed request there): decode rows and prefill rows alike, whatever path the step
+        takes; without host flags, every prefill row's slot."""
+        if self.host_rows is None or cm.req_idx is None:
+            return
+        idx = np.asarray(cm.req_idx)
+        flags = cm.is_prefilling
+        if flags is not None and getattr(flags, "device", None) == torch.device("cpu"):
+            f = np.asarray(flags, dtype=bool)
+            n = min(idx.shape[0], f.shape[0])
+            self.host_rows.forget(idx[:n][f[:n]])
+        else:
+            self.host_rows.forget(idx[nd:nd + npf])
 
     def _slots(self, cm: CommonAttentionMetadata, nd: int) -> Optional[np.ndarray]:
         """Each decode row's request slot (padding rows past vLLM's requests get slots of
@@ -330,11 +363,11 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
         """prepare() with the host rows known so far and the rest as device pages; then copies
         (non-blocking) the rows that have no host copy yet, for the next steps."""
         hr = self.host_rows
+        if self._capturing:  # made-up slots: every page on the device, no host copies
+            self.core.prepare(np.full((nd, cols), -1), lens, key=key,
+                              device_block_tables=cm.block_table_tensor[:nd], row_keys=slots)
+            return
         hr.poll()
-        flags = np.asarray(cm.is_prefilling[:nd], dtype=bool)
-        fresh = np.zeros(nd, dtype=bool)
-        fresh[:flags.shape[0]] = flags
-        hr.forget(slots[fresh])  # a request whose prefill is one token: a new row in its slot
         bt = hr.table(slots, cols)
         self.core.prepare(bt, lens, key=key, device_block_tables=cm.block_table_tensor[:nd],
                           row_keys=slots)
