@@ -228,6 +228,27 @@ def test_microbatching_keeps_no_host_rows(backend, vllm_config, monkeypatch):
     assert cls(spec, ["l"], vllm_config, torch.device("cpu")).host_rows is None
 
 
+def test_lengths_copied_only_under_async_speculative_decoding(backend, vllm_config,
+                                                              monkeypatch):
+    """seq_lens_cpu_upper_bound is exact but for decode rows under asynchronous speculative
+    decoding: only there does the builder copy the decode rows' lengths to the host."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    spec = FullAttentionSpec(block_size=P, num_kv_heads=HK, head_size=D, dtype=torch.float16)
+    cls = backend.get_builder_cls()
+
+    def exact():
+        return cls(spec, ["l"], vllm_config, torch.device("cpu")).exact_seq_lens
+
+    assert exact()
+    monkeypatch.setattr(vllm_config, "speculative_config", SimpleNamespace(
+        num_speculative_tokens=3))
+    monkeypatch.setattr(vllm_config.scheduler_config, "async_scheduling", True)
+    assert not exact()
+    monkeypatch.setattr(vllm_config.scheduler_config, "async_scheduling", False)
+    assert exact()
+
+
 def test_config_from_env_and_file(tmp_path):
     f = tmp_path / "treeattn.json"
     f.write_text(json.dumps({"planner": "query", "headroom": 3}))

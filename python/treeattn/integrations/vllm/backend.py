@@ -36,10 +36,11 @@ whose copy has not landed yet, go to the core as device pages (ServingCore.prepa
 them into the device plan from ``block_table_tensor`` with one small kernel. A page shared
 with a row that knows it only on the device is then read once per row (a new request whose
 prefix-cache hit reaches into another request's decode-time pages): missed sharing, never a wrong
-answer. Sequence lengths come from ``seq_lens_cpu_upper_bound``, exact without speculative
-decoding (with it, the lengths are copied to the host: one synchronizing copy per step). Without
-``req_idx`` / a host ``is_prefilling`` (vLLM's V1 model runner) or without the cache's block
-count, build() copies the decode rows' block tables to the host each step instead, as before.
+answer. Sequence lengths come from ``seq_lens_cpu_upper_bound``, exact except under
+asynchronous speculative decoding (there the lengths are copied to the host: one synchronizing
+copy per step). Without ``req_idx`` / a host ``is_prefilling`` (vLLM's V1 model runner), under
+microbatching, or without the cache's block count, build() copies the decode rows' block tables
+to the host each step instead, as before.
 
 CUDA graphs: ``_cudagraph_support = UNIFORM_SINGLE_TOKEN_DECODE``: vLLM captures full graphs of
 pure-decode batches (and runs this backend's attention eagerly between its piecewise graphs for
@@ -240,7 +241,11 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
         heads = model.get_num_attention_heads(vllm_config.parallel_config)
         num_pages = getattr(vllm_config.cache_config, "num_gpu_blocks", None) or 0
         self.page_size = kv_cache_spec.block_size
-        self.exact_seq_lens = getattr(vllm_config, "speculative_config", None) is None
+        # seq_lens_cpu_upper_bound is exact but for decode rows under asynchronous speculative
+        # decoding (vLLM assumes every draft accepted there)
+        sched = getattr(vllm_config, "scheduler_config", None)
+        self.exact_seq_lens = (getattr(vllm_config, "speculative_config", None) is None
+                               or getattr(sched, "async_scheduling", None) is False)
         self.core = ServingCore(
             heads, kv_cache_spec.num_kv_heads, kv_cache_spec.head_size, self.page_size,
             num_pages=int(num_pages), device=device, planner=cfg["planner"],
