@@ -13,17 +13,20 @@ __all__ = ["HostRows"]
 
 class HostRows:
     """Host copies of block-table rows of an engine's request slots (ints naming a request while
-    it runs, e.g. vLLM's ``req_idx``), taken without waiting: request() starts a non-blocking device-to-host copy of some rows and
-    records an event; poll() keeps the copies whose event has completed (it never waits). A slot
-    is forgotten when its request (re)starts a prefill, so a row is never read for another
-    request. ``rows_copied`` counts the rows requested (tests).
+    it runs, e.g. vLLM's ``req_idx``), taken without waiting: request() starts a non-blocking
+    device-to-host copy of some rows and records an event; poll() keeps the copies whose event
+    has completed (it never waits); forget() drops a slot's row and any copy of it still in
+    flight. The caller forgets a slot whenever its request (re)starts a prefill, so that a row
+    is never read for another request. ``rows_copied`` counts the rows requested (tests).
 
     Thread safety: not thread-safe; one engine step loop uses it, as it uses its ServingCore."""
 
     def __init__(self) -> None:
         self.rows: dict = {}  # slot -> its first pages, as the copy saw them
         self._gen: dict = {}  # slot -> generation (bumped by forget / request)
-        self._pending: list = []  # (slots, pages per slot, gens, host tensor, event or None)
+        # copies in flight: (rows of the copy, slots, pages per slot, generations, host tensor,
+        # event or None)
+        self._pending: list = []
         self.rows_copied = 0
 
     def forget(self, slots) -> None:
