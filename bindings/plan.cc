@@ -212,9 +212,7 @@ void PyPlan::resolve_pages(int64_t base, int64_t key_stride, const int32_t* row_
       const int32_t v = t[pairs[2 * i + 1]];
       next->plan.page_ids[pairs[2 * i]] = (v >= 0 && v < num_pages) ? v : 0;
     }
-    next->max_page_id = -1;
-    for (const int32_t id : next->plan.page_ids)
-      next->max_page_id = std::max(next->max_page_id, id);
+    next->max_page_id = max_page_id(next->plan);
     host_labelled = st;  // check() checks the state the labels came from (same structure)
     host_resolved = next;
     state.replace(std::move(next));

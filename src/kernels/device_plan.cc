@@ -41,6 +41,47 @@ class DeviceScope {
   int prev_ = -1;
 };
 
+/// Throws std::runtime_error "DevicePlan: <what> is not allowed while the stream is captured
+/// into a CUDA graph<why>" when `stream` is being captured.
+void check_not_capturing(cudaStream_t stream, const char* what, const char* why) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone)
+    throw std::runtime_error(std::string("DevicePlan: ") + what +
+                             " is not allowed while the stream is captured into a CUDA graph" +
+                             why);
+}
+
+/// A device buffer, the pinned buffer its copies come from, and the event recorded after the
+/// last use of both (all nullptr: none). alloc_staged() makes all three or none (it throws
+/// with none left); free_staged() waits for the event, then frees them.
+void alloc_staged(void** device, size_t device_bytes, void** host, size_t host_bytes, void** event,
+                  const char* what) {
+  try {
+    check(cudaMalloc(device, device_bytes), (std::string("cudaMalloc of the ") + what).c_str());
+    check(cudaMallocHost(host, host_bytes),
+          (std::string("cudaMallocHost for the ") + what).c_str());
+    cudaEvent_t ev = nullptr;
+    check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    *event = ev;
+  } catch (...) {
+    if (*host != nullptr) cudaFreeHost(*host);
+    if (*device != nullptr) cudaFree(*device);
+    *device = *host = nullptr;
+    throw;
+  }
+}
+
+void free_staged(void** device, void** host, void** event) {
+  if (*event != nullptr) {
+    cudaEventSynchronize(static_cast<cudaEvent_t>(*event));
+    cudaEventDestroy(static_cast<cudaEvent_t>(*event));
+  }
+  if (*host != nullptr) cudaFreeHost(*host);
+  if (*device != nullptr) cudaFree(*device);
+  *device = *host = *event = nullptr;
+}
+
 }  // namespace
 
 KvStrides split_kv_strides(int64_t page_size, int64_t kv_heads, int64_t head_dim) {
@@ -92,29 +133,17 @@ DevicePlan::~DevicePlan() {
 }
 
 void DevicePlan::release_resolve() {
-  if (resolve_done_ == nullptr && resolve_staging_ == nullptr && resolve_pairs_ == nullptr) return;
+  if (resolve_pairs_ == nullptr) return;
   DeviceScope scope(device_);
-  if (resolve_done_ != nullptr) {
-    cudaEventSynchronize(static_cast<cudaEvent_t>(resolve_done_));
-    cudaEventDestroy(static_cast<cudaEvent_t>(resolve_done_));
-  }
-  if (resolve_staging_ != nullptr) cudaFreeHost(resolve_staging_);
-  if (resolve_pairs_ != nullptr) cudaFree(resolve_pairs_);
-  resolve_done_ = resolve_staging_ = resolve_pairs_ = nullptr;
+  free_staged(&resolve_pairs_, &resolve_staging_, &resolve_done_);
   resolve_cap_ = 0;
 }
 
 void DevicePlan::release() {
   release_resolve();
-  if (copy_done_ == nullptr && staging_ == nullptr && workspace_ == nullptr) return;
+  if (workspace_ == nullptr) return;
   DeviceScope scope(device_);
-  if (copy_done_ != nullptr) {
-    cudaEventSynchronize(static_cast<cudaEvent_t>(copy_done_));
-    cudaEventDestroy(static_cast<cudaEvent_t>(copy_done_));
-  }
-  if (staging_ != nullptr) cudaFreeHost(staging_);
-  if (workspace_ != nullptr) cudaFree(workspace_);
-  copy_done_ = staging_ = workspace_ = nullptr;
+  free_staged(&workspace_, &staging_, &copy_done_);
   layout_ = PlanLayout{};
 }
 
@@ -125,29 +154,15 @@ bool DevicePlan::fits(const Plan& plan) const {
 void DevicePlan::upload(const Plan& plan, cudaStream_t stream, double headroom,
                         const LayoutReserve* reserve) {
   DeviceScope scope(device_);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-  if (capture != cudaStreamCaptureStatusNone)
-    throw std::runtime_error(
-        "DevicePlan: plan upload is not allowed while the stream is captured into a CUDA graph "
-        "(upload before capturing; a graph around run() replays any later plan that fits)");
+  check_not_capturing(stream, "plan upload",
+                      " (upload before capturing; a graph around run() replays any later plan "
+                      "that fits)");
   if (!fits(plan)) {
     const PlanLayout layout = plan_layout(plan, headroom, reserve);  // validates headroom
     release();
-    try {
-      check(
-          cudaMalloc(&workspace_, static_cast<size_t>(std::max<int64_t>(layout.total_bytes, 256))),
-          "cudaMalloc of the workspace");
-      check(cudaMallocHost(&staging_,
-                           static_cast<size_t>(std::max<int64_t>(layout.metadata_bytes, 256))),
-            "cudaMallocHost of the staging buffer");
-      cudaEvent_t ev = nullptr;
-      check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
-      copy_done_ = ev;
-    } catch (...) {
-      release();
-      throw;
-    }
+    alloc_staged(&workspace_, static_cast<size_t>(std::max<int64_t>(layout.total_bytes, 256)),
+                 &staging_, static_cast<size_t>(std::max<int64_t>(layout.metadata_bytes, 256)),
+                 &copy_done_, "workspace");
     layout_ = layout;
   }
   // The previous upload's copy must have read the staging buffer before it is rewritten.
@@ -177,26 +192,12 @@ void DevicePlan::resolve_pages(const int32_t* pairs, int64_t n, const int32_t* t
                  "pairs", "pair ", i, " (", pairs[2 * i], ", ", pairs[2 * i + 1],
                  ") is outside the plan's page ids or the table");
   DeviceScope scope(device_);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-  if (capture != cudaStreamCaptureStatusNone)
-    throw std::runtime_error(
-        "DevicePlan: resolve_pages is not allowed while the stream is captured into a CUDA graph");
+  check_not_capturing(stream, "resolve_pages", "");
   if (n > resolve_cap_) {
     const int64_t cap = std::max<int64_t>(n, layout_.page_ids);
+    const size_t bytes = static_cast<size_t>(cap) * 2 * sizeof(int32_t);
     release_resolve();
-    try {
-      check(cudaMalloc(&resolve_pairs_, static_cast<size_t>(cap) * 2 * sizeof(int32_t)),
-            "cudaMalloc of the resolve pairs");
-      check(cudaMallocHost(&resolve_staging_, static_cast<size_t>(cap) * 2 * sizeof(int32_t)),
-            "cudaMallocHost of the resolve pairs");
-      cudaEvent_t ev = nullptr;
-      check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
-      resolve_done_ = ev;
-    } catch (...) {
-      release_resolve();
-      throw;
-    }
+    alloc_staged(&resolve_pairs_, bytes, &resolve_staging_, bytes, &resolve_done_, "resolve pairs");
     resolve_cap_ = cap;
   }
   // the previous call's copy and kernel must have read the pair buffers before they are rewritten

@@ -9,11 +9,17 @@
 
 namespace treeattn {
 
+int32_t max_page_id(const Plan& plan) {
+  int32_t m = -1;
+  for (const int32_t p : plan.page_ids) m = std::max(m, p);
+  return m;
+}
+
 std::shared_ptr<const PlanState> make_plan_state(PrefixTree tree, const PlanOptions& opts) {
   auto s = std::make_shared<PlanState>();
   s->plan = make_plan(tree, opts);
   s->tree = std::move(tree);
-  for (const int32_t p : s->plan.page_ids) s->max_page_id = std::max(s->max_page_id, p);
+  s->max_page_id = max_page_id(s->plan);
   return s;
 }
 

@@ -30,6 +30,9 @@ struct PlanState {
   int32_t max_page_id = -1;  ///< largest entry of plan.page_ids (-1: none)
 };
 
+/// The largest entry of plan.page_ids (-1: none): PlanState::max_page_id.
+int32_t max_page_id(const Plan& plan);
+
 /// Plans `tree` with make_plan(tree, opts) and keeps the tree (moved in: pass a copy to keep
 /// yours). Throws what make_plan throws.
 std::shared_ptr<const PlanState> make_plan_state(PrefixTree tree, const PlanOptions& opts);

@@ -169,11 +169,8 @@ class ServingCore:
         elif self.sync.labels_allowed:  # TreeSync takes labels now: check the real ids here
             bt = host_int_array("block_tables", block_tables, 2)
             lens = host_int_array("seq_lens", seq_lens, 1).astype(np.int64)
-            if bt.shape[0] == lens.shape[0]:
-                need = np.where(lens > 0, (np.maximum(lens, 1) + self.sync.page_size - 1)
-                                // self.sync.page_size, 0)
-                _check_ids(bt[:, :max(min(int(need.max(initial=0)), bt.shape[1]), 1)], need,
-                           self.num_pages)
+            if bt.shape[0] == lens.shape[0]:  # else TreeSync names the mismatch
+                _pages_inside(bt, lens, self.sync.page_size, self.num_pages)
         if key is not None and self._graph_bound[0]:  # before the tree changes
             self._check_graph_bound(host_int_array("seq_lens", seq_lens, 1))
         new = self._take_ahead(block_tables, seq_lens)
@@ -181,16 +178,22 @@ class ServingCore:
             new = self._plan(self.sync.update(block_tables, seq_lens))
         fresh = self._install(new, key)
         self._labeled = labels is not None
-        if labels is not None:
-            self._resolve(*labels)
+        if labels is not None:  # on CUDA on torch's current stream, after the plan's upload
+            stride, row_of_key, table = labels  # labels start at num_pages, the cache's end
+            self.plan.resolve_pages(self.num_pages, stride, row_of_key, table, self.num_pages)
             self.counts["device_page_steps"] += 1
         return fresh
 
+    def device_pages_fit(self, max_key: int, columns: int) -> bool:
+        """Whether rows keyed up to `max_key` in device tables of `columns` columns can be
+        labelled: every label, num_pages + key x columns + column, below 2^31."""
+        return self.num_pages + (int(max_key) + 1) * int(columns) <= 2**31 - 1
+
     def _label(self, block_tables: Any, seq_lens: Any, table: Any,
                row_keys: Any) -> Tuple[np.ndarray, Optional[tuple]]:
-        """block_tables with its -1 page entries replaced by labels, and what resolving them
-        needs (label base, key stride, row of each key, the device table); None when the step
-        has no -1 entry."""
+        """block_tables with its device pages replaced by labels, and what resolving them
+        needs besides the label base num_pages (key stride, row of each key, the device table);
+        None when the step has no -1 entry."""
         if table is None:
             raise ValueError("device_block_tables: row_keys name the rows of device block "
                              "tables; pass those too")
@@ -227,19 +230,13 @@ class ServingCore:
                 raise ValueError(f"row_keys: {keys.shape[0]} entries, the step has {rows} rows")
             if rows and int(keys.min()) < 0:
                 raise ValueError(f"row_keys: entry {int(np.argmin(keys))} is negative")
-            top_key = int(keys.max()) if rows else 0
-            if (np.bincount(keys).max() > 1 if top_key < 8 * rows + 4096
-                    else np.unique(keys).size != rows):
+            if np.unique(keys).size != rows:
                 raise ValueError("row_keys: two rows have one key")
-        P, base, stride = self.sync.page_size, self.num_pages, int(shape[1])
-        top = base + (int(keys.max()) + 1) * stride if rows else base
-        if top > 2**31 - 1:
+        base, stride = self.num_pages, int(shape[1])
+        if rows and not self.device_pages_fit(int(keys.max()), stride):
             raise ValueError(f"row_keys: labels of key {int(keys.max())} x {stride} columns "
                              f"above num_pages {base} pass 2^31-1")
-        need = np.where(lens > 0, (np.maximum(lens, 1) + P - 1) // P, 0)
-        cols = min(int(need.max()) if rows else 0, bt.shape[1])
-        out = bt[:, :max(cols, 1)].astype(np.int64)
-        inside = _check_ids(out, need, base)
+        out, inside = _pages_inside(bt, lens, self.sync.page_size, base)
         # a row's pages from its first -1 on: the tree needs each row's known pages as a prefix
         unknown = inside & (np.cumsum(out < 0, axis=1) > 0)
         self.sync.allow_labels()
@@ -252,13 +249,7 @@ class ServingCore:
         out[r, c] = base + keys[r] * stride + c
         row_of_key = np.full(int(keys.max()) + 1, -1, dtype=np.int32)
         row_of_key[keys] = np.arange(rows, dtype=np.int32)
-        return out, (base, stride, row_of_key, table)
-
-    def _resolve(self, base: int, stride: int, row_of_key: np.ndarray, table: Any) -> None:
-        """Fills the labels of the installed plan from the device table (Plan.resolve_pages:
-        on CUDA on torch's current stream, after the plan's upload; on the CPU in the host
-        plan)."""
-        self.plan.resolve_pages(base, stride, row_of_key, table, self.num_pages)
+        return out, (stride, row_of_key, table)
 
     def prepare_predicted(self, key: Optional[Hashable] = None) -> Optional[bool]:
         """prepare() for a step the caller knows is exactly the one prefetch() predicted (the same
@@ -404,15 +395,20 @@ class ServingCore:
                                k_scale=k_scale, v_scale=v_scale)
 
 
-def _check_ids(bt: np.ndarray, need: np.ndarray, num_pages: int) -> np.ndarray:
-    """The mask of each row's first need[r] entries of bt; ValueError naming 'block_tables' when
-    one of them is >= num_pages."""
+def _pages_inside(bt: np.ndarray, lens: np.ndarray, page_size: int,
+                  num_pages: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(bt's columns that some row's pages reach, as int64; the mask of each row's pages in
+    them: ceil(len / page_size), none for a padding row); ValueError naming 'block_tables' when
+    one of those pages is >= num_pages."""
+    need = np.where(lens > 0, (np.maximum(lens, 1) + page_size - 1) // page_size, 0)
+    cols = min(int(need.max(initial=0)), bt.shape[1])
+    bt = bt[:, :max(cols, 1)].astype(np.int64)
     inside = np.arange(bt.shape[1])[None, :] < need[:, None]
     if (bt[inside] >= num_pages).any():
         r, c = np.argwhere(inside & (bt >= num_pages))[0]
         raise ValueError(f"block_tables: page id {int(bt[r, c])} at [{r}, {c}] out of range "
                          f"[0, {num_pages})")
-    return inside
+    return bt, inside
 
 
 def _is_fp8_name(kv_dtype: Any) -> bool:

@@ -303,8 +303,8 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
             graph = 0 < nd <= rows and cols <= pages  # within the bound: the graph plan
             key = GRAPH_KEY if graph else None
             slots = self._slots(cm, nd)
-            if slots is not None and self.core.num_pages + (int(slots.max()) + 1) * int(
-                    cm.block_table_tensor.shape[1]) > 2**31 - 1:
+            if slots is not None and not self.core.device_pages_fit(
+                    int(slots.max()), cm.block_table_tensor.shape[1]):
                 slots = None  # too many labels for int32 page ids
             if slots is None:  # no request slots on the host: copy the tables
                 self.table_copies += 1
@@ -312,26 +312,30 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
             else:
                 self._prepare_device_pages(cm, nd, lens, cols, slots, key)
             md.plan = self.core.plan
-        if npf and self.host_rows is not None and cm.req_idx is not None and not self._capturing:
-            # copy the prefilling rows' pages (non-blocking) for their first decode steps; rows
-            # of decoding requests (speculative verification) need none
-            end = nd + npf
-            if len(cm.req_idx) >= end and cm.seq_lens_cpu_upper_bound is not None:
-                sel = np.arange(npf)
-                flags = cm.is_prefilling
-                if flags is not None and getattr(flags, "device", None) == torch.device("cpu"):
-                    sel = sel[np.asarray(flags[nd:end], dtype=bool)]
-                if sel.size:
-                    plens = np.asarray(cm.seq_lens_cpu_upper_bound[nd:end], np.int64)[sel]
-                    need = -(-plens // self.page_size)
-                    w = max(1, int(need.max()))
-                    self.host_rows.request(cm.block_table_tensor[nd:end, :w], sel,
-                                           np.asarray(cm.req_idx[nd:end])[sel], need)
+        if npf and not self._capturing:
+            self._copy_prefill_rows(cm, nd, npf)
         if npf:
             md.prefill = _slice_from(cm, nd, ndt)
             if torch.device(self.device).type == "cuda":
                 md.prefill_fa = self._flash_builder().build(0, md.prefill, fast_build)
         return md
+
+    def _copy_prefill_rows(self, cm: CommonAttentionMetadata, nd: int, npf: int) -> None:
+        """Copies (non-blocking) the prefilling rows' pages for their first decode steps; rows
+        of decoding requests (speculative verification) need none."""
+        end = nd + npf
+        if (self.host_rows is None or cm.req_idx is None or len(cm.req_idx) < end
+                or cm.seq_lens_cpu_upper_bound is None):
+            return
+        sel = np.arange(npf)
+        flags = _host_flags(cm)
+        if flags is not None:
+            sel = sel[flags[nd:end]]
+        if sel.size:
+            need = -(-np.asarray(cm.seq_lens_cpu_upper_bound[nd:end], np.int64)[sel]
+                     // self.page_size)
+            self.host_rows.request(cm.block_table_tensor[nd:end, :max(1, int(need.max()))], sel,
+                                   np.asarray(cm.req_idx[nd:end])[sel], need)
 
     def _forget_prefilling(self, cm: CommonAttentionMetadata, nd: int, npf: int) -> None:
         """Forgets the host rows of every slot whose request is prefilling in this step (a new
@@ -340,20 +344,17 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
         if self.host_rows is None or cm.req_idx is None:
             return
         idx = np.asarray(cm.req_idx)
-        flags = cm.is_prefilling
-        if flags is not None and getattr(flags, "device", None) == torch.device("cpu"):
-            f = np.asarray(flags, dtype=bool)
-            n = min(idx.shape[0], f.shape[0])
-            self.host_rows.forget(idx[:n][f[:n]])
+        flags = _host_flags(cm)
+        if flags is not None:
+            n = min(idx.shape[0], flags.shape[0])
+            self.host_rows.forget(idx[:n][flags[:n]])
         else:
             self.host_rows.forget(idx[nd:nd + npf])
 
     def _slots(self, cm: CommonAttentionMetadata, nd: int) -> Optional[np.ndarray]:
         """Each decode row's request slot (padding rows past vLLM's requests get slots of
         their own), or None when vLLM gives no host slots and prefill flags."""
-        flags = cm.is_prefilling
-        if (self.host_rows is None or cm.req_idx is None or flags is None
-                or getattr(flags, "device", torch.device("cpu")).type != "cpu"):
+        if self.host_rows is None or cm.req_idx is None or _host_flags(cm) is None:
             return None
         idx = np.asarray(cm.req_idx[:nd], dtype=np.int64)
         if np.unique(idx).size != idx.size:  # rows sharing a request (context parallelism)
@@ -392,6 +393,15 @@ class TreeAttnMetadataBuilder(AttentionMetadataBuilder[TreeAttnMetadata]):
             self._fa_builder = FlashAttentionMetadataBuilder(
                 self.kv_cache_spec, self.layer_names, self.vllm_config, self.device)
         return self._fa_builder
+
+
+def _host_flags(cm: CommonAttentionMetadata) -> Optional[np.ndarray]:
+    """vLLM's is_prefilling as a numpy bool array when it is on the host (model runner V2), else
+    None (absent, or a device tensor: reading it would synchronize)."""
+    flags = cm.is_prefilling
+    if flags is None or getattr(flags, "device", torch.device("cpu")).type != "cpu":
+        return None
+    return np.asarray(flags, dtype=bool)
 
 
 def _plan_kv_dtype(kv_cache_spec, vllm_config):
