@@ -14,15 +14,11 @@ source bench/ab/common.sh
 ab_start /tmp/cost_ab 420
 gpu_note
 [[ -f ab-old/CMakeLists.txt ]] || { note "no ab-old/ tree"; exit 1; }
-build() {  # source dir, build dir
-  cmake -S "$1" -B "$2" -G Ninja -DTREEATTN_BENCH=OFF -DTREEATTN_TESTS=OFF \
-    -DTREEATTN_CUDA_ARCHS=90a >"$2.log" 2>&1 && timeout -s KILL 300 ninja -C "$2" -j8 treeattn >>"$2.log" 2>&1
-}
 if [[ -n ${NEW:-} && -x ${NEW}/treeattn ]]; then
   rm -rf build-new && ln -s "$NEW" build-new
-  build ab-old build-old
+  ab_build ab-old build-old
 else
-  build . build-new & build ab-old build-old & wait
+  ab_build . build-new & ab_build ab-old build-old & wait
 fi
 for b in build-new build-old; do
   [[ -x $b/treeattn ]] || { note "$b failed"; tail -20 $b.log >>"$S"; exit 1; }

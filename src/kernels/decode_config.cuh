@@ -80,7 +80,10 @@ struct AttnConfig {
   static constexpr bool BLOCK_LAYOUT = tile::block_layout(kClass, HD);
   static constexpr bool USE_WGMMA = BLOCK_LAYOUT && TREEATTN_WGMMA;
   static constexpr int ALIGN_SLACK = BLOCK_LAYOUT ? 1024 : 0;
-  static constexpr int SMEM_BYTES = (MAIN_BYTES > EPI_BYTES ? MAIN_BYTES : EPI_BYTES) + ALIGN_SLACK;
+  /// the item rows' (query, slot) pairs, kept from the kernel's start for the epilogue's writes
+  static constexpr int ROWINFO_OFF = MAIN_BYTES > EPI_BYTES ? MAIN_BYTES : EPI_BYTES;
+  static_assert(ROWINFO_OFF % 8 == 0 && ROWS <= THREADS, "int2 pairs, one per staging thread");
+  static constexpr int SMEM_BYTES = ROWINFO_OFF + ROWS * 8 + ALIGN_SLACK;
   static_assert(!BLOCK_LAYOUT || (STAGE_BYTES % 1024 == 0 && TILE_BYTES % 1024 == 0), "align");
   /// Byte offset of 16-byte chunk `c` of row `r` in a swizzled [NR][HD] dtype tile: rows of HD
   /// elements with the chunk index XORed by (r & 7), or (BLOCK_LAYOUT) HD / 64 column blocks of

@@ -17,6 +17,8 @@
 //                            each token row's page address computed by one lane of its warp
 //                            (kM64/kM128 up to HD 128: HD / 64 column blocks, AttnConfig::swz)
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
+//   sRows [ROWS]             int2 (query, slot) of each item row, read at the start for the
+//                            epilogue's writes (past every aliased region)
 // An fp8 KV cache (kKv e4m3 / e5m2) lands by cp.async in one-byte stages s8K, s8V [STAGES][BN][HD]
 // (16-byte copies); at each tile the stage is converted into a single dtype tile sK, sV in the
 // layout above (exact: kernel_common.cuh), by each warp for its own token slice in the kM16
@@ -95,6 +97,8 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
   const int warp = tid >> 5, lane = tid & 31;
   const int wm = warp / WN, wn = warp % WN;
   const int g = lane >> 2, t4 = lane & 3;
+  int2* sRows = reinterpret_cast<int2*>(smem + C::ROWINFO_OFF);  // past every aliased region
+  stage_item_rows(p, item, sRows, tid);
 
   for (int kv_head = kv_head0; kv_head < kv_head_end; ++kv_head) {
     // The previous head's epilogue read the shared memory this head's loads overwrite.
@@ -252,8 +256,8 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
                              sM + wn * C::ROWS + 16 * wm, sL + wn * C::ROWS + 16 * wm, C::O_PITCH,
                              o_acc, m_run, l_run, g, t4);
     __syncthreads();
-    write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(p, item, kv_head, sO, sM, sL, tid,
-                                                           C::THREADS, output_v_scale<C::KV8>(p));
+    write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(
+        p, item, kv_head, sO, sM, sL, tid, C::THREADS, output_v_scale<C::KV8>(p), sRows);
   }
   timeline_end(p, tl_rec);
 }

@@ -152,6 +152,16 @@ __device__ __forceinline__ void copy_q_rows(const KernelParams& p, const DeviceI
   }
 }
 
+/// Stages the item's rows (query, slot) in shared memory for the epilogue's writes, read at the
+/// kernel's start beside Q's (the same lines), so that the epilogue makes no global load: thread
+/// `tid` < num_rows writes sRows[tid]. Visible after the caller's next barrier.
+__device__ __forceinline__ void stage_item_rows(const KernelParams& p, const DeviceItem& item,
+                                                int2* sRows, int tid) {
+  if (tid < item.num_rows)
+    sRows[tid] =
+        make_int2(p.rows[2 * (item.row_begin + tid)], p.rows[2 * (item.row_begin + tid) + 1]);
+}
+
 /// Eight floats rounded to the dtype, packed in 16 bytes.
 template <class Traits>
 __device__ __forceinline__ uint4 pack8(const float (&o)[8]) {
@@ -224,13 +234,15 @@ __device__ __forceinline__ void stage_warp_state(float* o_rows, float* m_rows, f
 /// order w = 0, 1, ... (deterministic), normalized, and written as the final output (dtype +
 /// natural-log LSE) or the row's fp32 partial slot. One thread per (packed row, 8-element chunk),
 /// threads `tid` of `nthreads`; a row whose states saw nothing gets o = 0 and lse = -inf, a row
-/// whose scores held a NaN gets NaN. The
-/// merged O is multiplied by `o_scale` (an fp8 cache's V scale; 1 otherwise).
+/// whose scores held a NaN gets NaN. The merged O is multiplied by `o_scale` (an fp8 cache's V
+/// scale; 1 otherwise). Item row r's query and slot are sRows[r] when the caller staged them in
+/// shared memory (stage_item_rows), else they are read from the plan's rows.
 template <class Traits, int HD, int NS, int ROWS, int PITCH>
 __device__ __forceinline__ void write_staged_rows(const KernelParams& p, const DeviceItem& item,
                                                   int kv_head, const float* sO, const float* sM,
                                                   const float* sL, int tid, int nthreads,
-                                                  float o_scale = 1.f) {
+                                                  float o_scale = 1.f,
+                                                  const int2* sRows = nullptr) {
   constexpr int CPT = HD / 8;
   const int group = p.group;
   const int packed_rows = item.num_rows * group;
@@ -266,8 +278,10 @@ __device__ __forceinline__ void write_staged_rows(const KernelParams& p, const D
       }
     }
     const int r = pr / group, h = pr - r * group;
-    const int query = p.rows[2 * (item.row_begin + r)];
-    const int slot = p.rows[2 * (item.row_begin + r) + 1];
+    const int2 qs = sRows != nullptr ? sRows[r]
+                                     : make_int2(p.rows[2 * (item.row_begin + r)],
+                                                 p.rows[2 * (item.row_begin + r) + 1]);
+    const int query = qs.x, slot = qs.y;
     const int head = kv_head * group + h;
     if (slot == kFinalOutput) {
       store_output_chunk<Traits>(p, query, head, c, o, lse_nat);

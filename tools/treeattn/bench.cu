@@ -9,16 +9,16 @@
 // outputs against the float64 oracle on a sample of up to 16 queries (oracle_sample, which
 // recomputes the inputs of the sampled paths on the host; compare_to_sample on outputs and LSEs,
 // treeattn/cpu/compare.h), then >= 50
-// timed runs, each after an L2 flush (cudaMemsetAsync over >= 2x L2, outside the events), CUDA
-// events around DevicePlan::run only, median. A planner that throws, a failed check or a CUDA
-// error on a line is a failure: the line is reported and the exit status is nonzero. Floor =
-// max(bytes_min / hbm, flops_min / tc) as in bench/NOTES.md ("The two numbers"). Baseline: the
-// `query` planner (FlashDecoding-style split-KV) through the same kernel, timed the same way, on
-// every line (`--baseline off` skips it). `--grouped-kernel` picks the kernel setting of the
-// kM64/kM128 classes (set_grouped_kernel: legacy, ws, auto, or a comma list of them; both =
-// legacy,ws); with several, every plan is checked and timed on each, back to back, and the JSON
-// results carry "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128
-// ran on).
+// timed runs, each after an L2 flush (cudaMemsetAsync over >= 2x L2, outside the events;
+// `--l2-flush off`: a spin kernel instead, a warm-cache diagnostic), CUDA events around
+// DevicePlan::run only, median. A planner that throws, a failed check or a CUDA error on a line is
+// a failure: the line is reported and the exit status is nonzero. Floor = max(bytes_min / hbm,
+// flops_min / tc) as in bench/NOTES.md ("The two numbers"). Baseline: the `query` planner
+// (FlashDecoding-style split-KV) through the same kernel, timed the same way, on every line
+// (`--baseline off` skips it). `--grouped-kernel` picks the kernel setting of the kM64/kM128
+// classes (set_grouped_kernel: legacy, ws, auto, or a comma list of them; both = legacy,ws); with
+// several, every plan is checked and timed on each, back to back, and the JSON results carry
+// "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128 ran on).
 // `--partials fp32,half` does the same for the partial outputs' precision (set_partial_precision;
 // with both lists, every pair), and each result carries "partials"; `--short-m16 off,on` likewise
 // for the 2-stage kM16 config (set_short_m16).
@@ -196,6 +196,7 @@ const char* partials_name(PartialPrecision p) {
 struct Timer {
   void* flush = nullptr;
   size_t flush_bytes = 0;
+  bool flush_l2 = true;  ///< --l2-flush
   cudaEvent_t e0{}, e1{};
   cudaStream_t stream{};
 };
@@ -262,7 +263,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
     // timed runs
     std::vector<double> ms;
     for (int r = 0; r < runs + 3; ++r) {
-      BENCH_CUDA(cudaMemsetAsync(tm.flush, r & 0xFF, tm.flush_bytes, tm.stream));
+      before_timed_run(tm.stream, tm.flush, tm.flush_l2 ? tm.flush_bytes : 0, r);
       BENCH_CUDA(cudaEventRecord(tm.e0, tm.stream));
       dp.run(a, tm.stream);
       BENCH_CUDA(cudaEventRecord(tm.e1, tm.stream));
@@ -276,7 +277,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
     if (g_timeline.json != nullptr && &ks == &kernels.front()) {
       g_timeline.stream = tm.stream;
       g_timeline.flush = tm.flush;
-      g_timeline.flush_bytes = tm.flush_bytes;
+      g_timeline.flush_bytes = tm.flush_l2 ? tm.flush_bytes : 0;
       timeline_line(dp, a, g_timeline, line_name(pb), planner);
     }
     res->items = static_cast<int64_t>(plan.items.size());
@@ -336,6 +337,10 @@ int bench_command(int argc, char** argv) {
   flags.push_back({"timeline", true,
                    "after the timed runs, stamp every CTA's phases (7 more runs), write the median "
                    "run as a JSON line per line and planner to FILE and print its critical path"});
+  flags.push_back({"l2-flush", true,
+                   "on (default) or off: flush L2 before every timed and stamped run; off keeps "
+                   "the caches warm (a 30 us spin kernel holds the stream instead), a diagnostic: "
+                   "the floor assumes a cold L2"});
   flags.push_back({"grouped-kernel", true,
                    "kernel of the kM64/kM128 classes: legacy, ws (warp-specialized, sm_90 with "
                    "sm_90a code), auto (per class where ws pays off), a comma list of them, or "
@@ -459,6 +464,7 @@ int bench_command(int argc, char** argv) {
   }
 
   Timer tm;
+  tm.flush_l2 = on_off(a, "l2-flush", true);
   tm.flush_bytes = std::max<size_t>(static_cast<size_t>(prop.l2CacheSize) * 3, 256u << 20);
   BENCH_CUDA(cudaMalloc(&tm.flush, tm.flush_bytes));
   BENCH_CUDA(cudaEventCreate(&tm.e0));
@@ -568,8 +574,9 @@ int bench_command(int argc, char** argv) {
     if (f == nullptr) throw std::invalid_argument("--json: cannot write '" + a.str("json") + "'");
     std::fprintf(f,
                  "{\"device\": \"%s\", \"date\": \"%s\", \"ceilings\": {\"hbm_read_GBps\": %.1f, "
-                 "\"tc_TFLOPs\": %.1f},\n \"results\": [",
-                 json_escape(prop.name).c_str(), today().c_str(), hbm, tc);
+                 "\"tc_TFLOPs\": %.1f}, \"l2_flush\": %s,\n \"results\": [",
+                 json_escape(prop.name).c_str(), today().c_str(), hbm, tc,
+                 tm.flush_l2 ? "true" : "false");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       std::fprintf(f,

@@ -1,5 +1,6 @@
 // `treeattn bench --timeline`: stamped runs of one plan (DecodeArgs::timeline), the median run's
-// per-CTA stamps as a JSON line, and a one-line account of its critical path.
+// per-CTA stamps as a JSON line, and a one-line account of its critical path; and what every timed
+// run of the bench is preceded by (the L2 flush, or a spin kernel under --l2-flush off).
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
@@ -25,6 +26,12 @@ __device__ __forceinline__ uint64_t global_ns() {
 }
 
 __global__ void stamp_kernel(uint64_t* out) { *out = global_ns(); }
+
+__global__ void spin_kernel(uint64_t ns) {
+  const uint64_t t0 = global_ns();
+  while (global_ns() - t0 < ns) {
+  }
+}
 
 __global__ void clock_rate_kernel(uint64_t* out) {
   const uint64_t t0 = global_ns();
@@ -121,6 +128,15 @@ double span(double a, double b) { return a < 0 || b < 0 ? -1 : b - a; }
 
 }  // namespace
 
+void before_timed_run(cudaStream_t stream, void* flush, size_t flush_bytes, int run) {
+  if (flush_bytes > 0) {
+    cuda_ok(cudaMemsetAsync(flush, run & 0xFF, flush_bytes, stream), "L2 flush");
+  } else {
+    spin_kernel<<<1, 1, 0, stream>>>(30000);
+    cuda_ok(cudaGetLastError(), "spin kernel");
+  }
+}
+
 double timeline_clocks_per_ns() {
   static double cached = 0;
   if (cached > 0) return cached;
@@ -156,9 +172,7 @@ void timeline_line(const DevicePlan& dp, DecodeArgs args, const TimelineSetup& s
   args.timeline = d_words;
   for (size_t r = 0; r < runs.size(); ++r) {
     cuda_ok(cudaMemsetAsync(d_words, 0, words * sizeof(uint64_t), setup.stream), "memset");
-    cuda_ok(
-        cudaMemsetAsync(setup.flush, static_cast<int>(r & 0xFF), setup.flush_bytes, setup.stream),
-        "L2 flush");
+    before_timed_run(setup.stream, setup.flush, setup.flush_bytes, static_cast<int>(r));
     stamp_kernel<<<1, 1, 0, setup.stream>>>(d_stamp);
     cuda_ok(cudaEventRecord(e0, setup.stream), "cudaEventRecord");
     dp.run(args, setup.stream);
