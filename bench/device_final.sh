@@ -11,7 +11,8 @@
 #      wheel skip its JIT)
 # Carry: peers (a copy of ../shared/peers) and build-devdeps. At most 8 files come back: the logs
 # are concatenated into logs.txt, the bench JSON into bench.json, and summary.txt prints last.
-# Env knobs [defaults]: STAGES [build tests sanitize bench peers], PEERS [ft fi], DEADLINE [540],
+# Env knobs [defaults]: STAGES [build tests sanitize bench peers], TESTS [*] (a gtest filter of the
+# tests stage), PEERS [ft fi], DEADLINE [540],
 # JOBS [16], BENCH_ARGS [--planner auto] (e.g. add --grouped-kernel legacy,ws64,ws128 for an A/B in
 # one process), BENCH_TIMEOUT [150] (per set),
 # FI_BUDGET [150] (FlashInfer's own time budget, s).
@@ -59,7 +60,8 @@ T=./$BUILD/treeattn_gpu_tests
 # ---- 2. GPU tests, one process per test
 if has tests; then
   t0=$(date +%s)
-  mapfile -t tests < <($T --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}')
+  mapfile -t tests < <($T --gtest_list_tests --gtest_filter="${TESTS:-*}" |
+    awk '/^[^ ]/{s=$1} /^  /{print s $1}')
   pids=()
   for t in "${tests[@]}"; do
     (timeout 200 $T --gtest_filter="$t" >"$LOGS/test_$t.log" 2>&1; echo $? >"$LOGS/test_$t.rc") &

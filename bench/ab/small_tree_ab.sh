@@ -2,10 +2,11 @@
 # Device A/B for a change of the attention kernel's critical path on small trees (issue 23), in one
 # call:
 #   1. builds, in parallel: the working tree's CLI and GPU tests (bench/device_final.sh
-#      STAGES=build), the old tree's CLI (ab-old/, as bench/ab/cost_ab.sh takes it) and, when
+#      STAGES="build tests"), the old tree's CLI (ab-old/, as bench/ab/cost_ab.sh takes it) and, when
 #      PROBE_SED is set, a probe CLI: a copy of the working tree with that sed script applied to
 #      src/kernels/decode_kernel.cuh (e.g. a timeline stamp moved);
-#   2. the GPU tests named by TESTS (a gtest filter; default every test), one process each;
+#   2. the GPU tests named by TESTS (a gtest filter; default every test), one process each, by
+#      device_final.sh's tests stage (its summary comes back as tests.txt);
 #   3. the launch floor of the bench's timing (bench/ab/launch_floor.cu);
 #   4. `treeattn bench --timeline` of planner auto on the FastTree set's lines for old, new (and
 #      probe), after an L2 flush and, with WARM=1, also warm (--l2-flush off): every CTA's phases,
@@ -29,28 +30,13 @@ if [[ -n ${PROBE_SED:-} ]]; then
     note "probe diff: $(diff src/kernels/decode_kernel.cuh /tmp/probe/src/kernels/decode_kernel.cuh | tr '\n' ' ' | head -c 400)"
   ab_build /tmp/probe /tmp/probe/build-probe 6 &
 fi
-STAGES=build OUT=/tmp/lab_final JOBS=8 bash bench/device_final.sh >/tmp/lab_final.log 2>&1
-note "new: $(grep -h 'build:' /tmp/lab_final/summary.txt)"
+# the new tree's CLI and GPU tests, then the tests named by TESTS, one process each
+STAGES="build tests" OUT=/tmp/lab_final JOBS=8 bash bench/device_final.sh >/tmp/lab_final.log 2>&1
+grep -h "^build:\|^gpu tests" /tmp/lab_final/summary.txt | while read -r l; do note "new: $l"; done
+cp /tmp/lab_final/summary.txt "$OUT/tests.txt"
 wait
 note "builds: $(($(date +%s) - T0)) s; old $([[ -x build-old/treeattn ]] && echo ok || echo FAILED)"
 [[ -x build-final/treeattn && -x build-old/treeattn ]] || { tail -20 build-old.log >>"$S"; exit 1; }
-
-# ---- GPU tests, one process each
-T=./build-final/treeattn_gpu_tests
-mapfile -t tests < <($T --gtest_list_tests --gtest_filter="${TESTS:-*}" | awk '/^[^ ]/{s=$1} /^  /{print s $1}')
-t0=$(date +%s)
-: >/tmp/lab_tests.txt
-for t in "${tests[@]}"; do
-  (timeout -s KILL 120 $T --gtest_filter="$t" >/tmp/lab_t_$t.log 2>&1; echo "$t rc=$?" >>/tmp/lab_tests.txt) &
-  while (($(jobs -r | wc -l) >= 6)); do sleep 0.2; done
-done
-wait
-failed=$(grep -v "rc=0" /tmp/lab_tests.txt | tr '\n' ' ')
-note "gpu tests: ${#tests[@]} in $(($(date +%s) - t0)) s; failed: ${failed:-none}"
-for t in "${tests[@]}"; do
-  if ! grep -q "^$t rc=0" /tmp/lab_tests.txt; then tail -30 /tmp/lab_t_$t.log >>"$OUT/tests.txt"; fi
-done
-cat /tmp/lab_tests.txt >>"$OUT/tests.txt"
 
 # ---- the launch floor
 nvcc -O3 -arch=sm_90a -o /tmp/launch_floor bench/ab/launch_floor.cu >/tmp/lf.log 2>&1 &&

@@ -195,8 +195,7 @@ const char* partials_name(PartialPrecision p) {
 
 struct Timer {
   void* flush = nullptr;
-  size_t flush_bytes = 0;
-  bool flush_l2 = true;  ///< --l2-flush
+  size_t flush_bytes = 0;  ///< 0 under --l2-flush off
   cudaEvent_t e0{}, e1{};
   cudaStream_t stream{};
 };
@@ -263,7 +262,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
     // timed runs
     std::vector<double> ms;
     for (int r = 0; r < runs + 3; ++r) {
-      before_timed_run(tm.stream, tm.flush, tm.flush_l2 ? tm.flush_bytes : 0, r);
+      before_timed_run(tm.stream, tm.flush, tm.flush_bytes, r);
       BENCH_CUDA(cudaEventRecord(tm.e0, tm.stream));
       dp.run(a, tm.stream);
       BENCH_CUDA(cudaEventRecord(tm.e1, tm.stream));
@@ -277,7 +276,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
     if (g_timeline.json != nullptr && &ks == &kernels.front()) {
       g_timeline.stream = tm.stream;
       g_timeline.flush = tm.flush;
-      g_timeline.flush_bytes = tm.flush_l2 ? tm.flush_bytes : 0;
+      g_timeline.flush_bytes = tm.flush_bytes;
       timeline_line(dp, a, g_timeline, line_name(pb), planner);
     }
     res->items = static_cast<int64_t>(plan.items.size());
@@ -464,9 +463,10 @@ int bench_command(int argc, char** argv) {
   }
 
   Timer tm;
-  tm.flush_l2 = on_off(a, "l2-flush", true);
-  tm.flush_bytes = std::max<size_t>(static_cast<size_t>(prop.l2CacheSize) * 3, 256u << 20);
-  BENCH_CUDA(cudaMalloc(&tm.flush, tm.flush_bytes));
+  if (on_off(a, "l2-flush", true)) {
+    tm.flush_bytes = std::max<size_t>(static_cast<size_t>(prop.l2CacheSize) * 3, 256u << 20);
+    BENCH_CUDA(cudaMalloc(&tm.flush, tm.flush_bytes));
+  }
   BENCH_CUDA(cudaEventCreate(&tm.e0));
   BENCH_CUDA(cudaEventCreate(&tm.e1));
   BENCH_CUDA(cudaStreamCreate(&tm.stream));
@@ -576,7 +576,7 @@ int bench_command(int argc, char** argv) {
                  "{\"device\": \"%s\", \"date\": \"%s\", \"ceilings\": {\"hbm_read_GBps\": %.1f, "
                  "\"tc_TFLOPs\": %.1f}, \"l2_flush\": %s,\n \"results\": [",
                  json_escape(prop.name).c_str(), today().c_str(), hbm, tc,
-                 tm.flush_l2 ? "true" : "false");
+                 tm.flush_bytes > 0 ? "true" : "false");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       std::fprintf(f,
