@@ -6,7 +6,8 @@
 #      PROBE_SED is set, a probe CLI: a copy of the working tree with that sed script applied to
 #      src/kernels/decode_kernel.cuh (e.g. a timeline stamp moved);
 #   2. the GPU tests named by TESTS (a gtest filter; default every test), one process each, by
-#      device_final.sh's tests stage (its summary comes back as tests.txt);
+#      device_final.sh's tests stage, and its sanitizers too with NEW_STAGES="build tests
+#      sanitize" (SMALL: their tests) (its summary comes back as tests.txt);
 #   3. the launch floor of the bench's timing (bench/ab/launch_floor.cu);
 #   4. `treeattn bench --timeline` of planner auto on the FastTree set's lines for old, new (and
 #      probe), after an L2 flush and, with WARM=1, also warm (--l2-flush off): every CTA's phases,
@@ -15,7 +16,7 @@
 #   6. the lines of EXTRA_LINES (';'-separated level specs), old then new.
 # Files back: summary.txt, tests.txt, timelines.jsonl.gz, ab/summary.txt, ab/bench_old.json,
 # ab/bench_new.json.
-#   OUT=... [TESTS=...] [PROBE_SED=...] [WARM=1] [SKIP_AB=1] [EXTRA_LINES=...] \
+#   OUT=... [TESTS=...] [NEW_STAGES=...] [PROBE_SED=...] [WARM=1] [SKIP_AB=1] [EXTRA_LINES=...] \
 #     bash bench/ab/small_tree_ab.sh
 set -u
 source bench/ab/common.sh
@@ -31,8 +32,8 @@ if [[ -n ${PROBE_SED:-} ]]; then
   ab_build /tmp/probe /tmp/probe/build-probe 6 &
 fi
 # the new tree's CLI and GPU tests, then the tests named by TESTS, one process each
-STAGES="build tests" OUT=/tmp/lab_final JOBS=8 bash bench/device_final.sh >/tmp/lab_final.log 2>&1
-grep -h "^build:\|^gpu tests" /tmp/lab_final/summary.txt | while read -r l; do note "new: $l"; done
+STAGES=${NEW_STAGES:-"build tests"} OUT=/tmp/lab_final JOBS=8 bash bench/device_final.sh >/tmp/lab_final.log 2>&1
+grep -h "^build:\|^gpu tests\|^memcheck\|^racecheck\|^synccheck" /tmp/lab_final/summary.txt | while read -r l; do note "new: $l"; done
 cp /tmp/lab_final/summary.txt "$OUT/tests.txt"
 wait
 note "builds: $(($(date +%s) - T0)) s; old $([[ -x build-old/treeattn ]] && echo ok || echo FAILED)"

@@ -263,6 +263,15 @@ std::atomic<int> g_short_m16{-1};  // -1: not read from the environment yet
 void set_short_m16(bool on) { g_short_m16.store(on ? 1 : 0); }
 bool short_m16() { return setting_or_env(g_short_m16, short_m16_from_env) != 0; }
 
+namespace {
+/// TREEATTN_PAIR_M16=on|off, else on; any other value is refused naming the variable.
+int pair_m16_from_env() { return env_choice("TREEATTN_PAIR_M16", {{"on", 1}, {"off", 0}}, 1); }
+std::atomic<int> g_pair_m16{-1};  // -1: not read from the environment yet
+}  // namespace
+
+void set_pair_m16(bool on) { g_pair_m16.store(on ? 1 : 0); }
+bool pair_m16() { return setting_or_env(g_pair_m16, pair_m16_from_env) != 0; }
+
 GroupedKernel grouped_kernel_for(const PlanLayout& layout, TileClass cls) {
   const int c = static_cast<int>(cls);
   if (c < 0 || c >= kNumTileClasses)

@@ -19,6 +19,9 @@
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
 //   sRows [ROWS]             int2 (query, slot) of each item row, read at the start for the
 //                            epilogue's writes (past every aliased region)
+//   sPeer [ROWS][O_PITCH], m [ROWS], l [ROWS]
+//                            fp32: a cluster pair's second CTA's merged state (the deep kM16
+//                            config up to head_dim 128; past sRows, aliasing nothing)
 // An fp8 KV cache (kKv e4m3 / e5m2) lands by cp.async in one-byte stages s8K, s8V [STAGES][BN][HD]
 // (16-byte copies); at each tile the stage is converted into a single dtype tile sK, sV in the
 // layout above (exact: kernel_common.cuh), by each warp for its own token slice in the kM16
@@ -34,6 +37,12 @@
 // epilogue stages every warp's (O, m, l) in shared memory (aliasing the stages), merges the WN
 // column warps, and writes the final output (dtype, + natural-log LSE) or the partial slot (fp32
 // or the dtype) of each row.
+// Cluster pairs (deep kM16 launches with SMs to spare, tile::use_pair_m16; `pair` = 1): CTAs 2i
+// and 2i + 1 form a cluster and take the first and second half of item i's KV tiles (a masked
+// item all in the first); the second merges its warps' states into one per row and stores it
+// into the first's sPeer (st.shared::cluster), which merges it after its own WN and writes. The
+// cluster barrier orders it: an arrive at the start (a peer's shared memory may be written only
+// once the peer runs), then per KV head A (the state landed) and B (it was read).
 #pragma once
 
 #include <cstdint>
@@ -52,7 +61,7 @@ namespace treeattn::cuda_detail {
 
 template <DType kDType, int kHeadDim, int kClass, KvDType kKv>
 __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THREADS)
-    decode_attention_kernel(const KernelParams p, const int heads_per_cta) {
+    decode_attention_kernel(const KernelParams p, const int heads_per_cta, const int pair) {
   using C = AttnConfig<kDType, kHeadDim, kClass, kKv>;
   using KvT = std::conditional_t<C::KV8, uint8_t, typename C::T>;  // K/V element in memory
   using T = typename C::T;
@@ -62,21 +71,32 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
   using Mma = std::conditional_t<C::USE_WGMMA, WgmmaPath<kDType, C>, MmaSyncPath<kDType, C, kKv>>;
 
   constexpr int kPlanClass = plan_class(kClass);
-  const auto tl_rec = [&p] {
-    return (static_cast<int64_t>(p.class_item_off[kPlanClass]) + blockIdx.x) *
+  // the deep kM16 config's cluster pairs (AttnConfig::PAIR): CTAs 2i and 2i + 1 split item i's KV
+  // tiles in two halves; the second hands its merged state to the first, which writes (the
+  // epilogue below)
+  const bool paired = C::PAIR && pair != 0;
+  const int rank = paired ? static_cast<int>(blockIdx.x & 1) : 0;
+  const int item_idx = paired ? static_cast<int>(blockIdx.x >> 1) : static_cast<int>(blockIdx.x);
+  const bool stamps = rank == 0;  // a pair's record is its first CTA's
+  const auto tl_rec = [&p, item_idx] {
+    return (static_cast<int64_t>(p.class_item_off[kPlanClass]) + item_idx) *
                (p.num_qo_heads / p.group) +
            blockIdx.y;
   };
-  timeline_begin(p, tl_rec, kClass);
+  if (stamps) timeline_begin(p, tl_rec, kClass);
   pdl_launch_dependents();
-  const DeviceItem item = p.items[p.class_item_off[kPlanClass] + static_cast<int>(blockIdx.x)];
+  const DeviceItem item = p.items[p.class_item_off[kPlanClass] + item_idx];
   // capacity launched, the plan's items of the class ended: wait like every CTA, so that this
   // grid's end still means its predecessor's end (the merge and the next call rely on the chain)
   if (item.num_rows == 0) {
     pdl_wait();
     return;
   }
-  timeline_stamp(p, tl_rec, kTlClockItem);
+  if (stamps) timeline_stamp(p, tl_rec, kTlClockItem);
+  // a pair's first arrive: a CTA may store into its peer's shared memory only once the peer has
+  // started; the first epilogue's wait below completes this phase
+  if constexpr (C::PAIR)
+    if (paired) cluster_arrive_relaxed();
   const int group = p.group;
   // KV heads of this CTA: [kv_head0, kv_head_end), one after the other (the head loop)
   const int hpc = tile::head_loop(kClass) ? heads_per_cta : 1;
@@ -110,12 +130,18 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
 
     // ---- the paged K/V loader (loader.cuh)
     PagedKvLoader<C, KvT> loader(p, item, kv_head, s_base, sMask, masked, tid, lane, warp);
-    const int num_tiles = (item.kv_tokens + BN - 1) / BN;
+    // this CTA's KV tiles [first_tile, first_tile + num_tiles): all of the item's, or a pair's
+    // half (the first CTA the first ceil(n / 2)); the loop counts them from 0 (the stage index).
+    // A masked item is not split: the first CTA takes every tile, the second none.
+    const int item_tiles = (item.kv_tokens + BN - 1) / BN;
+    const int half = paired && !masked ? (item_tiles + 1) / 2 : item_tiles;
+    const int first_tile = rank == 0 ? 0 : half;
+    const int num_tiles = rank == 0 ? half : item_tiles - half;
 
-    // prologue: Q with tile 0 in group 0, then tiles 1..STAGES-2
+    // prologue: Q with the first tile in group 0, then the next STAGES-2 tiles
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; ++s) {
-      if (s < num_tiles) loader.load(s, s);
+      if (s < num_tiles) loader.load(first_tile + s, s);
       cp_async_commit();
     }
 
@@ -150,7 +176,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
       cp_async_wait<C::STAGES - 2>();
       Mma::tile_ready();  // the tile may be read by wgmma
       __syncthreads();
-      if (tile == 0 && kv_head == kv_head0) timeline_stamp(p, tl_rec, kTlClockKv);
+      if (stamps && tile == 0 && kv_head == kv_head0) timeline_stamp(p, tl_rec, kTlClockKv);
       if constexpr (C::Q_IN_REGS) {
         if (tile == 0) {
           if (mma_active) {
@@ -184,7 +210,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
         // the stage this overwrites was converted (fp8; under KREG its K read by the MMAs) or read
         // (dtype) before the barrier above
         const int next = tile + C::STAGES - 1;
-        if (next < num_tiles) loader.load(next, next % C::STAGES);
+        if (next < num_tiles) loader.load(first_tile + next, next % C::STAGES);
         cp_async_commit();
       }
       if constexpr (C::KV8) {
@@ -225,7 +251,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
 
       // hide tokens outside the row's mask or past the item (raw scores: -inf); only masked items
       // and the item's last tile test, each in its own loop
-      const int tile_tok = tile * BN;
+      const int tile_tok = (first_tile + tile) * BN;
       if (masked)
         mask_scores<NT_S>(s_acc, sMask + stage * BN + wtok, mrow0, mrow1, t4);
       else if (tile_tok + BN > item.kv_tokens)
@@ -244,7 +270,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
     }
 
     // ---- epilogue: stage (O, m, l) of every warp in shared memory (aliases the stages)
-    timeline_stamp(p, tl_rec, kTlClockLoop);  // the last head's stamp stays
+    if (stamps) timeline_stamp(p, tl_rec, kTlClockLoop);  // the last head's stamp stays
     cp_async_wait<0>();
     pdl_wait();  // the previous kernel (e.g. the last call's merge) may still read our outputs
     __syncthreads();
@@ -255,11 +281,42 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
       stage_warp_state<NT_O>(sO + (wn * C::ROWS + 16 * wm) * C::O_PITCH,
                              sM + wn * C::ROWS + 16 * wm, sL + wn * C::ROWS + 16 * wm, C::O_PITCH,
                              o_acc, m_run, l_run, g, t4);
-    __syncthreads();
-    write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(
-        p, item, kv_head, sO, sM, sL, tid, C::THREADS, output_v_scale<C::KV8>(p), sRows);
+    if (!paired) {
+      __syncthreads();
+      write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(
+          p, item, kv_head, sO, sM, sL, tid, C::THREADS, output_v_scale<C::KV8>(p), sRows);
+    } else if constexpr (C::PAIR) {
+      // The pair's exchange, per KV head, on the cluster barrier's phases: A (the second CTA's
+      // merged state is in the first's peer region) and B (the first has read it). Each thread
+      // alternates arrive and wait; B's wait comes late (before the next head's push, or at the
+      // end), so neither CTA waits for it on its critical path.
+      float* pO = reinterpret_cast<float*>(smem + C::PEER_OFF);  // [ROWS][O_PITCH]
+      float* pM = pO + C::ROWS * C::O_PITCH;                     // [ROWS]
+      float* pL = pM + C::ROWS;                                  // [ROWS]
+      __syncthreads();  // this CTA's warp states are staged
+      cluster_wait();   // the peer started (the first head), or B of the previous head
+      if (rank == 1) {
+        push_merged_state<HD, WN, C::ROWS, C::O_PITCH>(
+            sO, sM, sL, cluster_map_shared(smem_u32(pO), 0), cluster_map_shared(smem_u32(pM), 0),
+            cluster_map_shared(smem_u32(pL), 0), packed_rows, tid, C::THREADS);
+        cluster_arrive_release();  // A
+        cluster_wait();
+        cluster_arrive_relaxed();  // B
+      } else {
+        cluster_arrive_relaxed();  // A
+        cluster_wait();            // acquire: the peer's state landed
+        write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH, true>(
+            p, item, kv_head, sO, sM, sL, tid, C::THREADS, output_v_scale<C::KV8>(p), sRows, pO, pM,
+            pL);
+        // B: the peer region was read (every value fed a store already issued); relaxed, so
+        // the arrive does not wait for those stores
+        cluster_arrive_relaxed();
+      }
+    }
   }
-  timeline_end(p, tl_rec);
+  if constexpr (C::PAIR)
+    if (paired) cluster_wait();  // B of the last head
+  if (stamps) timeline_end(p, tl_rec);
 }
 
 }  // namespace treeattn::cuda_detail

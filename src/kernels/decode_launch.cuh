@@ -24,20 +24,35 @@ namespace treeattn::cuda_detail {
 /// Launches `kernel` on `stream`, allowing programmatic dependent launch (PDL) on sm_90+ so that
 /// consecutive kernels of a call overlap their launch and prologue with the previous kernel's
 /// tail (the kernels order their writes with griddepcontrol.wait).
+/// `cluster_x` > 1 launches clusters of that many CTAs along x (sm_90+; the caller checks).
 template <typename Kernel, typename... Args>
-cudaError_t launch_pdl(Kernel kernel, dim3 grid, dim3 block, int smem, cudaStream_t stream,
-                       Args... args) {
+cudaError_t launch_pdl_cluster(Kernel kernel, dim3 grid, dim3 block, int smem, cudaStream_t stream,
+                               unsigned cluster_x, Args... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (device_supports_pdl()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = device_supports_pdl() ? 1 : 0;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+template <typename Kernel, typename... Args>
+cudaError_t launch_pdl(Kernel kernel, dim3 grid, dim3 block, int smem, cudaStream_t stream,
+                       Args... args) {
+  return launch_pdl_cluster(kernel, grid, block, smem, stream, 1u, args...);
 }
 
 /// The warp-specialized kernel of grouped class kClass (1 or 2): grid (class capacity, kv heads).
@@ -85,7 +100,7 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   const int64_t capacity = layout.class_items[plan_class(kClass)];
   if (capacity <= 0) return Status::kOk;
   const int kv_heads = layout.shape.num_kv_heads;
-  if (capacity > 0x7fffffff || kv_heads > 65535) return Status::kUnsupported;
+  if (capacity > 0x3fffffff || kv_heads > 65535) return Status::kUnsupported;
   if constexpr (tile::block_layout(kClass, kHeadDim)) {
     if (grouped_kernel_for(layout, static_cast<TileClass>(kClass)) ==
         GroupedKernel::kWarpSpecialized)
@@ -114,8 +129,19 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
               ? std::min(forced, kv_heads)
               : heads_per_cta(layout.m16_items_planned, kv_heads, device_sm_count(), resident);
   }
-  const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(ceil_div(kv_heads, hpc)));
-  cudaError_t err = launch_pdl(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, p, hpc);
+  const int64_t head_ctas = ceil_div(kv_heads, hpc);
+  // the deep config's cluster pairs: two CTAs an item (from the planned counts: graph-safe)
+  int pair = 0;
+  if constexpr (kClass == tile::kConfigDeep)
+    pair = pair_m16() && device_supports_pdl() &&
+                   tile::use_pair_m16(
+                       layout.m16_items_planned * head_ctas, layout.class_items_planned[0],
+                       layout.class_kv_tokens_planned[0], device_sm_count(), kHeadDim)
+               ? 1
+               : 0;
+  const dim3 grid(static_cast<unsigned>(capacity << pair), static_cast<unsigned>(head_ctas));
+  cudaError_t err = launch_pdl_cluster(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream,
+                                       1u << pair, p, hpc, pair);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) {
     set_last_cuda_error(cudaGetErrorString(err));

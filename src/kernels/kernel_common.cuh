@@ -229,23 +229,18 @@ __device__ __forceinline__ void stage_warp_state(float* o_rows, float* m_rows, f
   }
 }
 
-/// Epilogue write of an item's packed rows from NS staged states per row (state w of row pr:
-/// sO[(w * ROWS + pr) * PITCH], sM[w * ROWS + pr], sL[w * ROWS + pr]): the states are merged in
-/// order w = 0, 1, ... (deterministic), normalized, and written as the final output (dtype +
-/// natural-log LSE) or the row's fp32 partial slot. One thread per (packed row, 8-element chunk),
-/// threads `tid` of `nthreads`; a row whose states saw nothing gets o = 0 and lse = -inf, a row
-/// whose scores held a NaN gets NaN. The merged O is multiplied by `o_scale` (an fp8 cache's V
-/// scale; 1 otherwise). Item row r's query and slot are sRows[r] when the caller staged them in
-/// shared memory (stage_item_rows), else they are read from the plan's rows.
-template <class Traits, int HD, int NS, int ROWS, int PITCH>
-__device__ __forceinline__ void write_staged_rows(const KernelParams& p, const DeviceItem& item,
-                                                  int kv_head, const float* sO, const float* sM,
-                                                  const float* sL, int tid, int nthreads,
-                                                  float o_scale = 1.f,
-                                                  const int2* sRows = nullptr) {
+/// The second CTA of a cluster pair (decode_kernel.cuh) hands its half of an item to the first:
+/// the NS staged states of each packed row (as write_staged_rows reads them) merged into one, O
+/// unnormalized against the merged max m (exp2 domain) with the summed l, stored into the first
+/// CTA's peer region (O at shared::cluster address `peer_o`, [ROWS][PITCH] floats; m and l at
+/// `peer_m` and `peer_l`, [ROWS] each). A row whose states saw nothing gets m = -inf, l = 0, O = 0;
+/// a NaN score's NaN l carries on. One thread per (packed row, 8-element chunk); the caller
+/// publishes the stores with the cluster barrier's arrive.release.
+template <int HD, int NS, int ROWS, int PITCH>
+__device__ __forceinline__ void push_merged_state(const float* sO, const float* sM, const float* sL,
+                                                  uint32_t peer_o, uint32_t peer_m, uint32_t peer_l,
+                                                  int packed_rows, int tid, int nthreads) {
   constexpr int CPT = HD / 8;
-  const int group = p.group;
-  const int packed_rows = item.num_rows * group;
   for (int idx = tid; idx < ROWS * CPT; idx += nthreads) {
     const int pr = idx / CPT, c = idx - pr * CPT;
     if (pr >= packed_rows) break;  // idx grows with pr
@@ -253,21 +248,76 @@ __device__ __forceinline__ void write_staged_rows(const KernelParams& p, const D
 #pragma unroll
     for (int w = 0; w < NS; ++w) m_max = fmaxf(m_max, sM[w * ROWS + pr]);
     float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    float l_tot = 0.f;
+    if (m_max != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < NS; ++w) {
+        const float wgt = fast_exp2(sM[w * ROWS + pr] - m_max);
+        l_tot += wgt * sL[w * ROWS + pr];
+        const float* src = sO + (w * ROWS + pr) * PITCH + 8 * c;
+        const float4 x0 = *reinterpret_cast<const float4*>(src);
+        const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+        o[0] += wgt * x0.x, o[1] += wgt * x0.y, o[2] += wgt * x0.z, o[3] += wgt * x0.w;
+        o[4] += wgt * x1.x, o[5] += wgt * x1.y, o[6] += wgt * x1.z, o[7] += wgt * x1.w;
+      }
+    }
+    const uint32_t dst = peer_o + 4 * (pr * PITCH + 8 * c);
+    st_cluster_f4(dst, o[0], o[1], o[2], o[3]);
+    st_cluster_f4(dst + 16, o[4], o[5], o[6], o[7]);
+    if (c == 0) {
+      st_cluster_f32(peer_m + 4 * pr, m_max);
+      st_cluster_f32(peer_l + 4 * pr, l_tot);
+    }
+  }
+}
+
+/// Epilogue write of an item's packed rows from NS staged states per row (state w of row pr:
+/// sO[(w * ROWS + pr) * PITCH], sM[w * ROWS + pr], sL[w * ROWS + pr]) and, with PEER, one more:
+/// the second CTA of a cluster pair's merged state (push_merged_state) in this CTA's peer region
+/// (pO[pr * PITCH], pM[pr], pL[pr]). The states are merged in order (w = 0, 1, ..., then the
+/// peer's; deterministic), normalized, and written as the final output (dtype + natural-log LSE)
+/// or the row's fp32 partial slot. One thread per (packed row, 8-element chunk), threads `tid` of
+/// `nthreads`; a row whose states saw nothing gets o = 0 and lse = -inf, a row whose scores held a
+/// NaN gets NaN. The merged O is multiplied by `o_scale` (an fp8 cache's V scale; 1 otherwise).
+/// Item row r's query and slot are sRows[r] when the caller staged them in shared memory
+/// (stage_item_rows), else they are read from the plan's rows.
+template <class Traits, int HD, int NS, int ROWS, int PITCH, bool PEER = false>
+__device__ __forceinline__ void write_staged_rows(
+    const KernelParams& p, const DeviceItem& item, int kv_head, const float* sO, const float* sM,
+    const float* sL, int tid, int nthreads, float o_scale = 1.f, const int2* sRows = nullptr,
+    const float* pO = nullptr, const float* pM = nullptr, const float* pL = nullptr) {
+  constexpr int CPT = HD / 8;
+  constexpr int NT = PEER ? NS + 1 : NS;  // states per row
+  const int group = p.group;
+  const int packed_rows = item.num_rows * group;
+  for (int idx = tid; idx < ROWS * CPT; idx += nthreads) {
+    const int pr = idx / CPT, c = idx - pr * CPT;
+    if (pr >= packed_rows) break;  // idx grows with pr
+    // state w's m, l and O chunk
+    const auto m_of = [&](int w) { return w < NS ? sM[w * ROWS + pr] : pM[pr]; };
+    const auto l_of = [&](int w) { return w < NS ? sL[w * ROWS + pr] : pL[pr]; };
+    const auto o_of = [&](int w) {
+      return w < NS ? sO + (w * ROWS + pr) * PITCH + 8 * c : pO + pr * PITCH + 8 * c;
+    };
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < NT; ++w) m_max = fmaxf(m_max, m_of(w));
+    float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     float lse_nat = -INFINITY;
     if (m_max != -INFINITY) {
       float l_tot = 0.f;
-      float wgt[NS];
+      float wgt[NT];
 #pragma unroll
-      for (int w = 0; w < NS; ++w) {
-        wgt[w] = fast_exp2(sM[w * ROWS + pr] - m_max);
-        l_tot += wgt[w] * sL[w * ROWS + pr];
+      for (int w = 0; w < NT; ++w) {
+        wgt[w] = fast_exp2(m_of(w) - m_max);
+        l_tot += wgt[w] * l_of(w);
       }
       // l_tot is NaN when a score was (a NaN in K): the row's output and LSE become NaN
       if (l_tot > 0.f || l_tot != l_tot) {
         const float inv = o_scale / l_tot;
 #pragma unroll
-        for (int w = 0; w < NS; ++w) {
-          const float* src = sO + (w * ROWS + pr) * PITCH + 8 * c;
+        for (int w = 0; w < NT; ++w) {
+          const float* src = o_of(w);
           const float4 x0 = *reinterpret_cast<const float4*>(src);
           const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
           const float f = wgt[w] * inv;

@@ -1,6 +1,7 @@
 // PTX wrappers shared by every decode kernel (sm_80 and newer): shared-memory addresses, cp.async
 // copies and their groups, shared-memory loads and stores, 16-byte read-only global loads,
-// ldmatrix, mma.sync m16n8k16, programmatic dependent launch and ex2.
+// ldmatrix, mma.sync m16n8k16, programmatic dependent launch, the cluster barrier and stores to a
+// peer CTA's shared memory (sm_90), and ex2.
 // The Hopper-only wrappers (mbarrier, named barriers, setmaxnreg, proxy fences, wgmma) are in
 // src/kernels/sm90/.
 #pragma once
@@ -108,6 +109,59 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/// Thread-block clusters (sm_90+): the cluster barrier's two halves (every thread of every CTA
+/// of the cluster arrives, then waits; a thread alternates them), arrive.release making this
+/// thread's earlier writes visible to the threads that wait (acquire), arrive.relaxed ordering
+/// nothing; cluster_map_shared: the shared::cluster address of the same offset in the shared
+/// memory of the cluster's CTA `rank`; st_cluster_*: stores at such an address. The kernels run a
+/// cluster only on sm_90+ (the launcher's choice); on older targets these trap.
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ uint32_t cluster_map_shared(uint32_t addr, uint32_t rank) {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+#else
+  __trap();
+#endif
+  return r;
+}
+__device__ __forceinline__ void st_cluster_f32(uint32_t addr, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void st_cluster_f4(uint32_t addr, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
+#else
+  __trap();
 #endif
 }
 

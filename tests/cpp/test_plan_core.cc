@@ -378,6 +378,18 @@ TEST(TilePolicy, DeepMergeForFewQueriesOrLongLists) {
   EXPECT_EQ(tile::merge_heads_per_cta(64, tile::kMergeSplitWide), 32);
 }
 
+TEST(TilePolicy, KM16PairsOnlyWhereSmsAreSpareAndItemsLong) {
+  constexpr int kSms = 132;  // H100
+  // the smallest FastTree line's query plan: 64 CTAs of 296 tokens (5 tiles) pair
+  EXPECT_TRUE(tile::use_pair_m16(64, 64, 64 * 296, kSms, 128));
+  EXPECT_TRUE(tile::use_pair_m16(66, 66, 66 * 128, kSms, 64));
+  // no SM to spare for the second CTA, items of under two tiles on average, head_dim 256
+  EXPECT_FALSE(tile::use_pair_m16(67, 67, 67 * 296, kSms, 128));
+  EXPECT_FALSE(tile::use_pair_m16(64, 64, 64 * 128 - 1, kSms, 128));
+  EXPECT_FALSE(tile::use_pair_m16(8, 8, 8 * 1024, kSms, 256));
+  EXPECT_FALSE(tile::use_pair_m16(0, 0, 0, kSms, 128));
+}
+
 TEST(GraphReserve, HoldsEveryQueryPlanWithinTheBound) {
   // random block tables (rows share a random page prefix of an earlier row, then own pages) of
   // at most R rows and P pages: the query planner's plan of every one fits graph_reserve(R, P)

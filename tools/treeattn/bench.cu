@@ -21,7 +21,8 @@
 // "grouped_kernel" (the setting) and "grouped_run" (the kernel each of kM64 and kM128 ran on).
 // `--partials fp32,half` does the same for the partial outputs' precision (set_partial_precision;
 // with both lists, every pair), and each result carries "partials"; `--short-m16 off,on` likewise
-// for the 2-stage kM16 config (set_short_m16).
+// for the 2-stage kM16 config (set_short_m16), and `--pair-m16 off,on` for the deep kM16 config's
+// cluster pairs (set_pair_m16).
 // --kv-dtype fp8_e4m3|fp8_e5m2 (with --k-scale/--v-scale) runs an fp8 KV cache: the inputs are
 // filled as fp8(value / scale) with the scales in device memory (DeviceInputs sets DecodeArgs'
 // kv_dtype, k_scale and v_scale), the oracle sees the dequantized values, the plan and the floor
@@ -175,12 +176,13 @@ struct Result {
   std::string partials = "half";    ///< partial output precision (--partials)
 };
 
-/// One setting to time each plan on: set_grouped_kernel, set_partial_precision and set_short_m16,
-/// named as in the results.
+/// One setting to time each plan on: set_grouped_kernel, set_partial_precision, set_short_m16 and
+/// set_pair_m16, named as in the results.
 struct KernelSetting {
   GroupedKernel kernel;
   PartialPrecision partials;
   bool short_m16;
+  bool pair_m16;
   std::string name;
 };
 
@@ -239,6 +241,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
     set_grouped_kernel(ks.kernel);
     set_partial_precision(ks.partials);
     set_short_m16(ks.short_m16);
+    set_pair_m16(ks.pair_m16);
     Result one;
     Result* res = &one;
     res->grouped_kernel = ks.name;
@@ -348,6 +351,9 @@ int bench_command(int argc, char** argv) {
   flags.push_back({"short-m16", true,
                    "the 2-stage kM16 config for short items (set_short_m16): on, off or a comma "
                    "list, timed on each like --grouped-kernel; default: the library's"});
+  flags.push_back({"pair-m16", true,
+                   "cluster pairs for the deep kM16 config's items (set_pair_m16): on, off or a "
+                   "comma list, timed on each like --grouped-kernel; default: the library's"});
   flags.push_back({"partials", true,
                    "precision of the partial outputs (set_partial_precision): fp32, half or a "
                    "comma list of them, timed on each like --grouped-kernel (with both lists, "
@@ -403,21 +409,25 @@ int bench_command(int argc, char** argv) {
        two_way("partials", "fp32", "half", partial_precision() == PartialPrecision::kHalf))
     partials.push_back(half ? PartialPrecision::kHalf : PartialPrecision::kFloat32);
   const std::vector<bool> shorts = two_way("short-m16", "off", "on", short_m16());
-  // every (grouped kernel, partials, short kM16) triple; the name shows what varies
+  const std::vector<bool> pairs = two_way("pair-m16", "off", "on", pair_m16());
+  // every (grouped kernel, partials, short kM16, kM16 pairs) setting; the name shows what varies
   std::vector<KernelSetting> kernels;
   for (const GroupedKernel g : grouped)
     for (const PartialPrecision pp : partials)
-      for (const bool sh : shorts) {
-        std::string name = grouped.size() > 1 || (partials.size() == 1 && shorts.size() == 1)
-                               ? grouped_kernel_name(g)
-                               : "";
-        const auto add = [&name](const std::string& part) {
-          name += (name.empty() ? "" : "+") + part;
-        };
-        if (partials.size() > 1) add(partials_name(pp));
-        if (shorts.size() > 1) add(sh ? "short" : "noshort");
-        kernels.push_back({g, pp, sh, name});
-      }
+      for (const bool sh : shorts)
+        for (const bool pa : pairs) {
+          std::string name = grouped.size() > 1 || (partials.size() == 1 && shorts.size() == 1 &&
+                                                    pairs.size() == 1)
+                                 ? grouped_kernel_name(g)
+                                 : "";
+          const auto add = [&name](const std::string& part) {
+            name += (name.empty() ? "" : "+") + part;
+          };
+          if (partials.size() > 1) add(partials_name(pp));
+          if (shorts.size() > 1) add(sh ? "short" : "noshort");
+          if (pairs.size() > 1) add(pa ? "pair" : "nopair");
+          kernels.push_back({g, pp, sh, pa, name});
+        }
 
   int dev = 0;
   cudaDeviceProp prop{};

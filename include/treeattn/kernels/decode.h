@@ -148,6 +148,14 @@ PartialPrecision partial_precision();
 /// captured CUDA graph keeps the kernel it was captured with; atomic, like set_grouped_kernel.
 void set_short_m16(bool on);
 bool short_m16();
+/// Whether deep kM16 launches of few CTAs run their items as cluster pairs (two CTAs of one
+/// cluster split an item's KV tiles in two halves and merge them through distributed shared
+/// memory, no partials: tile::use_pair_m16 on the plan's counts, sm_90+; true) or one CTA per
+/// item (false). Default: TREEATTN_PAIR_M16=on|off in the environment, else on. Read on the host
+/// at launch, so a captured CUDA graph keeps the launch it was captured with; atomic, like
+/// set_grouped_kernel.
+void set_pair_m16(bool on);
+bool pair_m16();
 /// The kernel (kLegacy or kWarpSpecialized, never kAuto) that run_decode launches tile class `cls`
 /// of `layout` on, on the current device under the current set_grouped_kernel(): kM16 and
 /// head_dim 256 always kLegacy (fp8 KV caches run either: the ws producer converts). Host-only.

@@ -16,6 +16,7 @@
 //      and the kM16 items hold at most kShortM16Tokens KV tokens on average (leaves of one or two
 //      tiles, which never fill a third stage): a third less shared memory a CTA, so more CTAs
 //      and more bytes in flight per SM (use_short_m16(), set_short_m16()).
+//    - deep launches of few CTAs run each item on a cluster pair (use_pair_m16()).
 //    Both walk several KV heads of one item per CTA (the head loop, heads_per_cta()), one after
 //    the other: the item's metadata chain (item -> rows -> ranges) is paid once per CTA
 //    and the page ids are cached; each head runs its own pipeline and epilogue.
@@ -107,6 +108,19 @@ inline constexpr int64_t kShortM16Tokens = 64;
 /// (PlanLayout::class_items_planned[0], class_kv_tokens_planned[0]; graph-safe).
 inline bool use_short_m16(int64_t m16_items, int64_t m16_kv_tokens) {
   return m16_items > 0 && m16_kv_tokens <= kShortM16Tokens * m16_items;
+}
+
+/// Deep kM16 items run as cluster pairs (set_pair_m16; decode_kernel.cuh: the two CTAs of a
+/// cluster each stream half of the item's KV tiles; the second merges its warps' states into one
+/// per row and stores it into the first's shared memory, which merges it with its own and writes)
+/// up to head_dim 128 (at 256 the state would cost the config its second CTA per SM), when the
+/// launch's CTAs (items x KV-head CTAs), doubled, still fit one per SM and the items hold at least
+/// two 64-token tiles on average: a launch with SMs to spare halves each CTA's serial tile chain.
+/// From the plan's counts (PlanLayout::m16_items_planned, class_kv_tokens_planned[0]; graph-safe).
+inline bool use_pair_m16(int64_t m16_ctas, int64_t m16_items, int64_t m16_kv_tokens, int num_sms,
+                         int head_dim) {
+  return head_dim <= 128 && m16_ctas > 0 && 2 * m16_ctas <= num_sms &&
+         m16_kv_tokens >= 128 * m16_items;
 }
 
 /// Waves of resident CTAs the head loop keeps: fewer, longer CTAs amortize the metadata chain,

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -162,10 +163,16 @@ TEST(DecodeGpu, CombinedKvLayoutAndNoLse) {
 
 TEST(DecodeGpu, GraphReplayAfterAppend) {
   TA_REQUIRE_GPU();
-  for (const char* planner : {"query", "node"}) {
-    SCOPED_TRACE(planner);
+  // query at 16/1: 16 deep kM16 CTAs of long items, so the launch runs cluster pairs
+  // (tile::use_pair_m16, the default setting)
+  for (const auto& [planner, qo_heads, kv_heads] :
+       {std::tuple<const char*, int, int>{"query", 32, 8}, {"node", 32, 8}, {"query", 16, 1}}) {
+    SCOPED_TRACE(std::string(planner) + " heads=" + std::to_string(qo_heads) + "/" +
+                 std::to_string(kv_heads));
     Case c;
     c.planner = planner;
+    c.num_qo_heads = qo_heads;
+    c.num_kv_heads = kv_heads;
     c.seed = 4242;
     // Leaves each hold one query, so appending grows them in place and the later plan keeps
     // the item structure (a forking append can move items between tile classes and outgrow
