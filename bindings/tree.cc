@@ -457,6 +457,8 @@ void register_tree(nb::module_& m) {
   def_field(device_info, "prologue_round_trips", &DeviceInfo::prologue_round_trips);
   def_field(device_info, "merge_release_us", &DeviceInfo::merge_release_us);
   def_field(device_info, "merge_round_trips", &DeviceInfo::merge_round_trips);
+  def_field(device_info, "kv_pairs", &DeviceInfo::kv_pairs);
+  def_field(device_info, "pair_exchange_us", &DeviceInfo::pair_exchange_us);
 
   m.def("planners", &planner_names, "Planner names accepted by plan(), in display order.");
   m.def("workload_sets", &workload_set_names, "'fasttree', 'pat', 'deft', 'forge', 'irregular'.");

@@ -77,6 +77,7 @@ FREE = {
     "round_trip_us": (0.8, 0.05, 5.0),
     "cta_fixed_us": (1.2, 0.05, 20.0),
     "merge_release_us": (2.0, 0.05, 20.0),
+    "pair_exchange_us": (0.15, 0.0, 5.0),  # a kM16 cluster pair's exchange (kv_pairs on)
 }
 # The terms that only one mode reads: a fit of the other mode leaves them out.
 LATENCY_ONLY = {"first_launch_us", "pdl_launch_us", "round_trip_us", "cta_fixed_us",

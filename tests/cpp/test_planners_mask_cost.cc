@@ -67,14 +67,21 @@ TEST(PlannersMaskCost, CostOnlyBuilderSeesMasks) {
   EXPECT_GT(masked_plans, 3);  // the masked path really ran
 }
 
-TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
-  DeviceInfo d = device_preset("h100");
-  d.latency_terms = false;  // the plan's fixed terms: one launch_overhead_us
-  d.mask_penalty = 0.5;
+/// 32 query heads over 8 KV heads of head_dim 128.
+PlanShape shape_32_8() {
   PlanShape s;
   s.num_qo_heads = 32;
   s.num_kv_heads = 8;
   s.head_dim = 128;
+  return s;
+}
+
+TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
+  DeviceInfo d = device_preset("h100");
+  d.latency_terms = false;  // the plan's fixed terms: one launch_overhead_us
+  d.kv_pairs = false;       // a lone kM16 item would run as a cluster pair: not here
+  d.mask_penalty = 0.5;
+  const PlanShape s = shape_32_8();
   ItemSummary it;
   it.rows = 8;
   it.kv_tokens = 4096;
@@ -94,6 +101,34 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   d.mask_penalty = d.mask_penalty_m16 = 0;
   it.masked = true;
   EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &it, 1, {}), m16_plain);
+}
+
+TEST(PlannersMaskCost, KM16PairsHalveAnUnmaskedItemsTiles) {
+  // A lone latency-bound kM16 item of 64 tiles at 8 KV heads: 8 CTAs, so the kernels pair them
+  // (tile::use_pair_m16); its CTA time is then 32 tiles' plus the exchange. A masked item is not
+  // split: only the exchange is added. head_dim 256 never pairs.
+  DeviceInfo d = device_preset("h100");
+  d.latency_terms = false;
+  d.mask_penalty_m16 = 0;
+  d.pair_exchange_us = 0.5;
+  PlanShape s = shape_32_8();
+  ItemSummary it;
+  it.rows = 1;
+  it.kv_tokens = 64 * 64;
+  it.tile = TileClass::kM16;
+  const auto cta_us = [&](const DeviceInfo& dev) {
+    return estimate_items_us(dev, s, &it, 1, {}) - dev.launch_overhead_us;
+  };
+  DeviceInfo off = d;
+  off.kv_pairs = false;
+  const double one = cta_us(off) - d.item_overhead_us;
+  EXPECT_NEAR(one, 64 * d.tile_latency_us, 1e-9 * one);  // latency-bound
+  EXPECT_NEAR(cta_us(d), d.item_overhead_us + 32 * d.tile_latency_us + 0.5, 1e-9 * one);
+  it.masked = true;
+  EXPECT_NEAR(cta_us(d), cta_us(off) + 0.5, 1e-9 * one);
+  it.masked = false;
+  s.head_dim = 256;
+  EXPECT_DOUBLE_EQ(cta_us(d), cta_us(off));
 }
 
 TEST(PlannersMaskCost, KM128CtaTakesAllOfAnSmsSlots) {

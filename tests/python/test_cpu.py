@@ -184,7 +184,8 @@ DEVICE_FIELDS = [
     "tile_latency_wide_us", "merge_slot_us", "wide_ctas_per_sm",
     "wide_m16_ctas_per_sm", "m128_ctas_per_sm", "mask_penalty", "mask_penalty_m16", "cta_bw_factor",
     "warpgroup_mma", "latency_terms", "first_launch_us", "pdl_launch_us", "round_trip_us",
-    "cta_fixed_us", "prologue_round_trips", "merge_release_us", "merge_round_trips",
+    "cta_fixed_us", "prologue_round_trips", "merge_release_us", "merge_round_trips", "kv_pairs",
+    "pair_exchange_us",
 ]
 
 

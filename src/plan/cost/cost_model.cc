@@ -37,6 +37,11 @@
 // defaults (no latency floor, merge launch = launch overhead) give the original uncalibrated model.
 // Deterministic, O(C log C + C log S + S) in CTAs C and slots S.
 //
+// With DeviceInfo::kv_pairs the kM16 class runs as cluster pairs where the kernels' rule
+// (tile::use_pair_m16) says so: an unmasked kM16 item's CTA then streams the first half of its
+// tiles (their bytes and FLOPs) and pays pair_exchange_us, on twice the CTAs (a masked item's
+// first CTA takes every tile, and pays the exchange too).
+//
 // With DeviceInfo::latency_terms the plan's fixed terms follow the call's critical path instead:
 // first_launch_us, then pdl_launch_us for each further attention kernel (PDL starts it while the
 // previous one runs), a CTA's overhead is cta_fixed_us + prologue_round_trips x round_trip_us, and
@@ -70,8 +75,13 @@ struct CtaModel {
   /// `ctas`: CTAs of the whole plan; fewer than the slots share each SM among fewer CTAs.
   /// `ws_m128`: the plan's kM128 class runs on the warp-specialized kernel.
   CtaModel(const DeviceInfo& dev, const PlanShape& s, bool wide_m16, int64_t ctas,
-           bool ws_m128 = false)
-      : D(s.head_dim), dt(s.dtype_bytes), kv_dt(s.kv_dtype_bytes), wide(wide_m16) {
+           bool ws_m128 = false, bool pairs = false)
+      : D(s.head_dim),
+        dt(s.dtype_bytes),
+        kv_dt(s.kv_dtype_bytes),
+        wide(wide_m16),
+        pair(pairs),
+        pair_us(dev.pair_exchange_us) {
     const int64_t per_sm = std::max<int64_t>(
         1, std::min<int64_t>(slots_per_sm(dev, wide_m16), (ctas + dev.num_sms - 1) / dev.num_sms));
     const double slots = static_cast<double>(dev.num_sms) * static_cast<double>(per_sm);
@@ -112,16 +122,29 @@ struct CtaModel {
     c.flops = 4.0 * static_cast<double>(issued_mma_rows(tile, packed)) *
               static_cast<double>((kv + 63) / 64 * 64) * D * mma_fraction;
     const int k = static_cast<int>(tile);
-    const double lat =
-        static_cast<double>((kv + tile_tokens[k] - 1) / tile_tokens[k]) * tile_lat[k];
+    int64_t tiles = (kv + tile_tokens[k] - 1) / tile_tokens[k];
+    // a cluster pair's first CTA: the first half of the tiles (a masked item all of them), the
+    // share of bytes and FLOPs of its tokens, then the exchange
+    const bool paired = pair && tile == TileClass::kM16;
+    double part = 1.0;
+    if (paired && !masked && tiles > 1) {
+      const int64_t first = (tiles + 1) / 2;
+      part = static_cast<double>(std::min<int64_t>(kv, first * tile_tokens[k])) /
+             static_cast<double>(kv);
+      tiles = first;
+    }
+    const double lat = static_cast<double>(tiles) * tile_lat[k];
     const double w = static_cast<double>(weight[k]);  // slots the CTA takes
-    const double io_us = (c.kv_bytes / kv_bw + (c.bytes - c.kv_bytes) / slot_bw) / w;
-    c.us = overhead + std::max({io_us, c.flops / (slot_flops[k] * w), lat});
+    const double io_us = (c.kv_bytes * part / kv_bw + (c.bytes - c.kv_bytes) / slot_bw) / w;
+    c.us = overhead + std::max({io_us, c.flops * part / (slot_flops[k] * w), lat});
     if (masked) c.us *= mask_scale[k];
+    if (paired) c.us += pair_us;
     return c;
   }
   double D, dt, kv_dt;  // head_dim, Q/O and K/V element bytes
   bool wide;
+  bool pair;       ///< the kM16 class runs as cluster pairs
+  double pair_us;  ///< a pair's exchange
   double slot_bw = 0, kv_bw = 0, overhead = 0;
   double flop_rate[kNumTileClasses] = {0, 0, 0};   ///< the whole GPU's, per class
   double slot_flops[kNumTileClasses] = {0, 0, 0};  ///< a slot's share of it
@@ -242,10 +265,13 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   check_device(dev);
   const int64_t kv_heads = s.num_kv_heads;
   const int64_t group = s.group();
-  int64_t m16_items = 0, m128_items = 0, m128_tokens = 0;
+  int64_t m16_items = 0, m16_tokens = 0, m128_items = 0, m128_tokens = 0;
   for (size_t i = 0; i < num_items; ++i) {
     if (items[i].count <= 0) continue;
-    if (items[i].tile == TileClass::kM16) m16_items += items[i].count;
+    if (items[i].tile == TileClass::kM16) {
+      m16_items += items[i].count;
+      m16_tokens += items[i].count * items[i].kv_tokens;
+    }
     if (items[i].tile == TileClass::kM128) {
       m128_items += items[i].count;
       m128_tokens += items[i].count * items[i].kv_tokens;
@@ -258,7 +284,12 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
                                          static_cast<int>(kv_heads), dev.num_sms);
   int64_t all_items = 0;
   for (size_t i = 0; i < num_items; ++i) all_items += std::max<int64_t>(0, items[i].count);
-  const CtaModel model(dev, s, wide, all_items * kv_heads, ws_m128);
+  // the kernels' cluster pairs (decode_launch.cuh; one KV head per CTA: the head loop keeps one
+  // head for launches this small)
+  const bool pairs =
+      dev.kv_pairs && !wide &&
+      tile::use_pair_m16(m16_items * kv_heads, m16_items, m16_tokens, dev.num_sms, s.head_dim);
+  const CtaModel model(dev, s, wide, all_items * kv_heads, ws_m128, pairs);
   const int64_t nslots = std::max<int64_t>(1, dev.num_sms * slots_per_sm(dev, wide));
 
   thread_local std::vector<CtaRun> runs;  // (class, CTA us, items)
@@ -282,8 +313,10 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
       max_us = std::max(max_us, c.us);
       prev = &it;
     }
-    const int64_t w = model.weight[static_cast<int>(it.tile)];  // slots a CTA takes
-    runs.back().n += it.count;
+    // slots a CTA takes: a pair's second CTA runs beside the first (none has a masked item's)
+    const int64_t per_item = pairs && it.tile == TileClass::kM16 && !it.masked ? 2 : 1;
+    const int64_t w = model.weight[static_cast<int>(it.tile)] * per_item;
+    runs.back().n += it.count * per_item;
     sum_us += c.us * static_cast<double>(it.count * w);
     total_bytes += c.bytes * static_cast<double>(kv_heads * it.count);
     total_kv_bytes += c.kv_bytes * static_cast<double>(kv_heads * it.count);

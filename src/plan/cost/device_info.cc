@@ -30,6 +30,11 @@ void set_h100_latency(DeviceInfo* d) {
   // (bench/results/h100-2026-11-26-s34-allplanners-*.json, 1235 results): rms log 0.212 -> 0.165.
   d->merge_release_us = 2.268;  // the last attention CTA's end to the merge's release
   d->merge_round_trips = 2;     // the LSEs and partials of a batch, then the output
+  // kM16 cluster pairs (sm_90): the exchange fitted (least squares in log space) to the three
+  // lines that pair in bench/results/h100-2026-11-26-s37-pairs-onoff-summary.txt (rms log error
+  // 0.065); the timeline's epilogue grew by 0.1 us on the smallest line.
+  d->kv_pairs = true;
+  d->pair_exchange_us = 0.15;
 }
 
 /// The kernel-dependent terms fitted by tools/calibrate_cost_model.py to an all-planner H100 run
@@ -116,6 +121,7 @@ void validate_device(const DeviceInfo& d) {
   check_real(d.round_trip_us, false, "round_trip_us");
   check_real(d.cta_fixed_us, false, "cta_fixed_us");
   check_real(d.merge_release_us, false, "merge_release_us");
+  check_real(d.pair_exchange_us, false, "pair_exchange_us");
   check_count(d.prologue_round_trips, 0, "prologue_round_trips");
   check_count(d.merge_round_trips, 0, "merge_round_trips");
   TA_CHECK_ARG(std::isfinite(d.cta_bw_factor) && d.cta_bw_factor >= 1.0, "device.cta_bw_factor",
@@ -155,6 +161,7 @@ DeviceInfo device_preset(const std::string& name) {
       d.round_trip_us *= kClock;
       d.cta_fixed_us *= kClock;
       d.merge_release_us = d.first_launch_us;
+      d.kv_pairs = false;  // no clusters before sm_90
     }
     return d;
   }

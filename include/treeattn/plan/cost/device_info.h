@@ -72,6 +72,12 @@ struct DeviceInfo {
   int32_t prologue_round_trips = 4;
   double merge_release_us = 0.0;  ///< the last attention CTA's end to the merge's release
   int32_t merge_round_trips = 4;  ///< the merge's dependent loads after its release
+  /// The kernels run the kM16 class as cluster pairs where tile::use_pair_m16 says so (sm_90,
+  /// set_pair_m16 on): each unmasked kM16 item then costs its first half of KV tiles plus
+  /// pair_exchange_us (the second CTA's state handed over), on twice the CTAs. Off in the
+  /// default (uncalibrated) model; the h100/h200 presets turn it on.
+  bool kv_pairs = false;
+  double pair_exchange_us = 0.0;
 };
 
 /// "a100", "h100", "h200" (case-insensitive); throws std::invalid_argument naming "device".
