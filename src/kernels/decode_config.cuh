@@ -83,11 +83,11 @@ struct AttnConfig {
   /// the item rows' (query, slot) pairs, kept from the kernel's start for the epilogue's writes
   static constexpr int ROWINFO_OFF = MAIN_BYTES > EPI_BYTES ? MAIN_BYTES : EPI_BYTES;
   static_assert(ROWINFO_OFF % 8 == 0 && ROWS <= THREADS, "int2 pairs, one per staging thread");
-  /// The deep kM16 config up to head_dim 128 runs cluster pairs (tile::use_pair_m16): the first
-  /// CTA of a pair receives the second's merged state of each row here (fp32 O [ROWS][O_PITCH],
-  /// then m and l [ROWS] each), written by the second CTA while the first still computes, so it
-  /// aliases nothing. 2 CTAs of it still fit an SM; at head_dim 256 they would not.
-  static constexpr bool PAIR = kClass == tile::kConfigDeep && HD <= 128;
+  /// A config that runs cluster pairs (tile::pair_config, tile::use_pair_m16): the first CTA of a
+  /// pair receives the second's merged state of each row here (fp32 O [ROWS][O_PITCH], then m and
+  /// l [ROWS] each), written by the second CTA while the first still computes, so it aliases
+  /// nothing.
+  static constexpr bool PAIR = tile::pair_config(kClass, HD);
   static constexpr int PEER_OFF = ROWINFO_OFF + ROWS * 8;
   static constexpr int PEER_BYTES = PAIR ? ROWS * O_PITCH * 4 + 2 * ROWS * 4 : 0;
   static_assert(PEER_OFF % 16 == 0, "16-byte chunks of the peer's O");

@@ -120,6 +120,14 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
   int2* sRows = reinterpret_cast<int2*>(smem + C::ROWINFO_OFF);  // past every aliased region
   stage_item_rows(p, item, sRows, tid);
 
+  // this CTA's KV tiles [first_tile, first_tile + num_tiles) of every head: all of the item's,
+  // or a pair's half (the first CTA the first ceil(n / 2)); the tile loop counts them from 0 (the
+  // stage index). A masked item is not split: the first CTA takes every tile, the second none.
+  const int item_tiles = (item.kv_tokens + BN - 1) / BN;
+  const int half = paired && !masked ? (item_tiles + 1) / 2 : item_tiles;
+  const int first_tile = rank == 0 ? 0 : half;
+  const int num_tiles = rank == 0 ? half : item_tiles - half;
+
   for (int kv_head = kv_head0; kv_head < kv_head_end; ++kv_head) {
     // The previous head's epilogue read the shared memory this head's loads overwrite.
     if (kv_head > kv_head0) __syncthreads();
@@ -130,13 +138,6 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
 
     // ---- the paged K/V loader (loader.cuh)
     PagedKvLoader<C, KvT> loader(p, item, kv_head, s_base, sMask, masked, tid, lane, warp);
-    // this CTA's KV tiles [first_tile, first_tile + num_tiles): all of the item's, or a pair's
-    // half (the first CTA the first ceil(n / 2)); the loop counts them from 0 (the stage index).
-    // A masked item is not split: the first CTA takes every tile, the second none.
-    const int item_tiles = (item.kv_tokens + BN - 1) / BN;
-    const int half = paired && !masked ? (item_tiles + 1) / 2 : item_tiles;
-    const int first_tile = rank == 0 ? 0 : half;
-    const int num_tiles = rank == 0 ? half : item_tiles - half;
 
     // prologue: Q with the first tile in group 0, then the next STAGES-2 tiles
 #pragma unroll

@@ -100,7 +100,7 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   const int64_t capacity = layout.class_items[plan_class(kClass)];
   if (capacity <= 0) return Status::kOk;
   const int kv_heads = layout.shape.num_kv_heads;
-  if (capacity > 0x3fffffff || kv_heads > 65535) return Status::kUnsupported;
+  if (capacity > 0x7fffffff || kv_heads > 65535) return Status::kUnsupported;
   if constexpr (tile::block_layout(kClass, kHeadDim)) {
     if (grouped_kernel_for(layout, static_cast<TileClass>(kClass)) ==
         GroupedKernel::kWarpSpecialized)
@@ -132,13 +132,14 @@ Status launch_attention_class(const KernelParams& p, const PlanLayout& layout,
   const int64_t head_ctas = ceil_div(kv_heads, hpc);
   // the deep config's cluster pairs: two CTAs an item (from the planned counts: graph-safe)
   int pair = 0;
-  if constexpr (kClass == tile::kConfigDeep)
+  if constexpr (C::PAIR)
     pair = pair_m16() && device_supports_pdl() &&
                    tile::use_pair_m16(
                        layout.m16_items_planned * head_ctas, layout.class_items_planned[0],
                        layout.class_kv_tokens_planned[0], device_sm_count(), kHeadDim)
                ? 1
                : 0;
+  if ((capacity << pair) > 0x7fffffff) return Status::kUnsupported;
   const dim3 grid(static_cast<unsigned>(capacity << pair), static_cast<unsigned>(head_ctas));
   cudaError_t err = launch_pdl_cluster(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream,
                                        1u << pair, p, hpc, pair);

@@ -110,16 +110,20 @@ inline bool use_short_m16(int64_t m16_items, int64_t m16_kv_tokens) {
   return m16_items > 0 && m16_kv_tokens <= kShortM16Tokens * m16_items;
 }
 
+/// The kernel configs that can run cluster pairs: the deep kM16 one up to head_dim 128 (at 256
+/// the peer's state would cost the config its second CTA per SM).
+constexpr bool pair_config(int cfg, int head_dim) { return cfg == kConfigDeep && head_dim <= 128; }
+
 /// Deep kM16 items run as cluster pairs (set_pair_m16; decode_kernel.cuh: the two CTAs of a
 /// cluster each stream half of the item's KV tiles; the second merges its warps' states into one
 /// per row and stores it into the first's shared memory, which merges it with its own and writes)
-/// up to head_dim 128 (at 256 the state would cost the config its second CTA per SM), when the
-/// launch's CTAs (items x KV-head CTAs), doubled, still fit one per SM and the items hold at least
-/// two 64-token tiles on average: a launch with SMs to spare halves each CTA's serial tile chain.
-/// From the plan's counts (PlanLayout::m16_items_planned, class_kv_tokens_planned[0]; graph-safe).
+/// where the config can (pair_config), when the launch's CTAs (items x KV-head CTAs), doubled,
+/// still fit one per SM and the items hold at least two 64-token tiles on average: a launch with
+/// SMs to spare halves each CTA's serial tile chain. From the plan's counts
+/// (PlanLayout::m16_items_planned, class_kv_tokens_planned[0]; graph-safe).
 inline bool use_pair_m16(int64_t m16_ctas, int64_t m16_items, int64_t m16_kv_tokens, int num_sms,
                          int head_dim) {
-  return head_dim <= 128 && m16_ctas > 0 && 2 * m16_ctas <= num_sms &&
+  return pair_config(kConfigDeep, head_dim) && m16_ctas > 0 && 2 * m16_ctas <= num_sms &&
          m16_kv_tokens >= 128 * m16_items;
 }
 
