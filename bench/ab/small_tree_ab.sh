@@ -4,7 +4,7 @@
 #   1. builds, in parallel: the working tree's CLI and GPU tests (bench/device_final.sh
 #      STAGES="build tests"), the old tree's CLI (ab-old/, as bench/ab/cost_ab.sh takes it) and, when
 #      PROBE_SED is set, a probe CLI: a copy of the working tree with that sed script applied to
-#      src/kernels/decode_kernel.cuh (e.g. a timeline stamp moved);
+#      PROBE_FILE (default src/kernels/decode_kernel.cuh; e.g. a timeline stamp moved);
 #   2. the GPU tests named by TESTS (a gtest filter; default every test), one process each, by
 #      device_final.sh's tests stage, and its sanitizers too with NEW_STAGES="build tests
 #      sanitize" (SMALL: their tests) (its summary comes back as tests.txt);
@@ -16,7 +16,7 @@
 #   6. the lines of EXTRA_LINES (';'-separated level specs), old then new.
 # Files back: summary.txt, tests.txt, timelines.jsonl.gz, ab/summary.txt, ab/bench_old.json,
 # ab/bench_new.json.
-#   OUT=... [TESTS=...] [NEW_STAGES=...] [PROBE_SED=...] [WARM=1] [SKIP_AB=1] [EXTRA_LINES=...] \
+#   OUT=... [TESTS=...] [NEW_STAGES=...] [PROBE_SED=... [PROBE_FILE=...]] [WARM=1] [SKIP_AB=1] [EXTRA_LINES=...] \
 #     bash bench/ab/small_tree_ab.sh
 set -u
 source bench/ab/common.sh
@@ -27,8 +27,9 @@ ab_build ab-old build-old 6 &
 if [[ -n ${PROBE_SED:-} ]]; then
   rm -rf /tmp/probe && mkdir -p /tmp/probe &&
     tar --exclude=./build-* --exclude=./ab-old --exclude=./peers -cf - . | tar -xf - -C /tmp/probe &&
-    sed -i "$PROBE_SED" /tmp/probe/src/kernels/decode_kernel.cuh &&
-    note "probe diff: $(diff src/kernels/decode_kernel.cuh /tmp/probe/src/kernels/decode_kernel.cuh | tr '\n' ' ' | head -c 400)"
+    PF=${PROBE_FILE:-src/kernels/decode_kernel.cuh} &&
+    sed -i "$PROBE_SED" "/tmp/probe/$PF" &&
+    note "probe diff: $(diff "$PF" "/tmp/probe/$PF" | tr '\n' ' ' | head -c 400)"
   ab_build /tmp/probe /tmp/probe/build-probe 6 &
 fi
 # the new tree's CLI and GPU tests, then the tests named by TESTS, one process each

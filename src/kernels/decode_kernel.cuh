@@ -284,8 +284,9 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
                              o_acc, m_run, l_run, g, t4);
     if (!paired) {
       __syncthreads();
-      write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH>(
-          p, item, kv_head, sO, sM, sL, tid, C::THREADS, output_v_scale<C::KV8>(p), sRows);
+      write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH, C::THREADS>(
+          p, item, kv_head, sO, sM, sL, tid, [] { __syncthreads(); }, output_v_scale<C::KV8>(p),
+          sRows);
     } else if constexpr (C::PAIR) {
       // The pair's exchange, per KV head, on the cluster barrier's phases: A (the second CTA's
       // merged state is in the first's peer region) and B (the first has read it). Each thread
@@ -306,9 +307,9 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
       } else {
         cluster_arrive_relaxed();  // A
         cluster_wait();            // acquire: the peer's state landed
-        write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH, true>(
-            p, item, kv_head, sO, sM, sL, tid, C::THREADS, output_v_scale<C::KV8>(p), sRows, pO, pM,
-            pL);
+        write_staged_rows<Traits, HD, WN, C::ROWS, C::O_PITCH, C::THREADS, true>(
+            p, item, kv_head, sO, sM, sL, tid, [] { __syncthreads(); }, output_v_scale<C::KV8>(p),
+            sRows, pO, pM, pL);
         // B: the peer region was read (every value fed a store already issued); relaxed, so
         // the arrive does not wait for those stores
         cluster_arrive_relaxed();

@@ -271,63 +271,106 @@ __device__ __forceinline__ void push_merged_state(const float* sO, const float* 
   }
 }
 
+/// Divides packed-row indices (< 2^16) by the GQA group (< 2^16) without a division per row:
+/// r = umulhi(pr, ceil(2^32 / group)), exact while pr * group < 2^32; group 1 is the identity.
+struct RowDivider {
+  uint32_t magic;  ///< ceil(2^32 / group); 0 for group 1
+  __device__ __forceinline__ explicit RowDivider(int group)
+      : magic(group == 1 ? 0u : 0xffffffffu / static_cast<uint32_t>(group) + 1u) {}
+  __device__ __forceinline__ int operator()(int pr) const {
+    return magic == 0u ? pr : static_cast<int>(__umulhi(static_cast<uint32_t>(pr), magic));
+  }
+};
+
+/// The merge of one row's NT states (max m_w in the exp2 domain, row sum l_w): each state's factor
+/// f_w = 2^(m_w - m_max) * o_scale / l_tot, so that the row's output is sum_w f_w O_w, and the
+/// row's natural-log LSE. A row whose states saw nothing gets f = 0 and lse = -inf; a NaN score
+/// (a NaN l_tot) gives NaN factors and a NaN LSE.
+template <int NT>
+__device__ __forceinline__ float merge_row_factors(const float (&m)[NT], const float (&l)[NT],
+                                                   float o_scale, float (&f)[NT]) {
+  float m_max = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < NT; ++w) m_max = fmaxf(m_max, m[w]);
+#pragma unroll
+  for (int w = 0; w < NT; ++w) f[w] = 0.f;
+  float lse_nat = -INFINITY;
+  if (m_max != -INFINITY) {
+    float l_tot = 0.f;
+    float wgt[NT];
+#pragma unroll
+    for (int w = 0; w < NT; ++w) {
+      wgt[w] = fast_exp2(m[w] - m_max);
+      l_tot += wgt[w] * l[w];
+    }
+    if (l_tot > 0.f || l_tot != l_tot) {
+      const float inv = o_scale / l_tot;
+#pragma unroll
+      for (int w = 0; w < NT; ++w) f[w] = wgt[w] * inv;
+      lse_nat = (m_max + log2f(l_tot)) * kLn2;
+    }
+  }
+  return lse_nat;
+}
+
 /// Epilogue write of an item's packed rows from NS staged states per row (state w of row pr:
 /// sO[(w * ROWS + pr) * PITCH], sM[w * ROWS + pr], sL[w * ROWS + pr]) and, with PEER, one more:
 /// the second CTA of a cluster pair's merged state (push_merged_state) in this CTA's peer region
-/// (pO[pr * PITCH], pM[pr], pL[pr]). The states are merged in order (w = 0, 1, ..., then the
-/// peer's; deterministic), normalized, and written as the final output (dtype + natural-log LSE)
-/// or the row's fp32 partial slot. One thread per (packed row, 8-element chunk), threads `tid` of
-/// `nthreads`; a row whose states saw nothing gets o = 0 and lse = -inf, a row whose scores held a
-/// NaN gets NaN. The merged O is multiplied by `o_scale` (an fp8 cache's V scale; 1 otherwise).
-/// Item row r's query and slot are sRows[r] when the caller staged them in shared memory
-/// (stage_item_rows), else they are read from the plan's rows.
-template <class Traits, int HD, int NS, int ROWS, int PITCH, bool PEER = false>
+/// (pO[pr * PITCH], pM[pr], pL[pr]), which is only read. The states are merged in order (w = 0,
+/// 1, ..., then the peer's; deterministic; merge_row_factors), normalized, and written as the
+/// final output (dtype + natural-log LSE) or the row's partial slot. The merged O is multiplied by
+/// `o_scale` (an fp8 cache's V scale; 1 otherwise). Item row r's query and slot are sRows[r] when
+/// the caller staged them in shared memory (stage_item_rows), else they are read from the plan's
+/// rows. The NTHREADS threads (`tid`) split the (row, 8-element chunk) pairs, in one of two ways:
+///  * up to two pairs a thread (the kM16 configs): one pass, each pair computing its row's
+///    factors itself;
+///  * more (kM64, kM128, the warp-specialized kernel: 8 or 16 a thread): two passes, so that the
+///    per-row arithmetic (exponentials, the division, the logarithm) runs once per row and the
+///    pairs' loop is a fixed trip count, unrolled by two so that pairs overlap (a full unroll
+///    costs more in instruction fetches of its cold code than it saves):
+///     1. one thread per row: the factors into sM[w][pr] (the peer's into sL[0][pr]) and the LSE
+///        into sL[PEER ? 1 : 0][pr], in place of what it read; then `sync()` (the caller's
+///        barrier over the NTHREADS threads);
+///     2. one thread per pair: O = sum_w f_w O_w, stored with the LSE from chunk 0.
+/// Both give the same bits: the same expressions in the same order.
+template <class Traits, int HD, int NS, int ROWS, int PITCH, int NTHREADS, bool PEER = false,
+          class Sync>
 __device__ __forceinline__ void write_staged_rows(
-    const KernelParams& p, const DeviceItem& item, int kv_head, const float* sO, const float* sM,
-    const float* sL, int tid, int nthreads, float o_scale = 1.f, const int2* sRows = nullptr,
+    const KernelParams& p, const DeviceItem& item, int kv_head, const float* sO, float* sM,
+    float* sL, int tid, Sync sync, float o_scale = 1.f, const int2* sRows = nullptr,
     const float* pO = nullptr, const float* pM = nullptr, const float* pL = nullptr) {
   constexpr int CPT = HD / 8;
   constexpr int NT = PEER ? NS + 1 : NS;  // states per row
+  constexpr int ITER = (ROWS * CPT + NTHREADS - 1) / NTHREADS;
+  constexpr bool kTwoPass = ITER > 2;
+  static_assert(!kTwoPass || !PEER || NS >= 2, "the peer's factor and the LSE take two l slots");
+  float* const sLse = sL + (PEER ? ROWS : 0);  // [ROWS], the LSEs of pass 1
   const int group = p.group;
   const int packed_rows = item.num_rows * group;
-  for (int idx = tid; idx < ROWS * CPT; idx += nthreads) {
-    const int pr = idx / CPT, c = idx - pr * CPT;
-    if (pr >= packed_rows) break;  // idx grows with pr
-    // state w's m, l and O chunk
-    const auto m_of = [&](int w) { return w < NS ? sM[w * ROWS + pr] : pM[pr]; };
-    const auto l_of = [&](int w) { return w < NS ? sL[w * ROWS + pr] : pL[pr]; };
-    const auto o_of = [&](int w) {
-      return w < NS ? sO + (w * ROWS + pr) * PITCH + 8 * c : pO + pr * PITCH + 8 * c;
-    };
-    float m_max = -INFINITY;
+  // the row's NT states' m and l
+  const auto row_states = [&](int pr, float(&m)[NT], float(&l)[NT]) {
 #pragma unroll
-    for (int w = 0; w < NT; ++w) m_max = fmaxf(m_max, m_of(w));
+    for (int w = 0; w < NT; ++w) {
+      m[w] = w < NS ? sM[w * ROWS + pr] : pM[pr];
+      l[w] = w < NS ? sL[w * ROWS + pr] : pL[pr];
+    }
+  };
+  // chunk c of row pr: O = sum_w f_w O_w (f from `factor(w)`; none read when lse is -inf),
+  // rounded and stored with the LSE
+  const auto write_chunk = [&](int pr, int r, int c, float lse_nat, auto factor) {
     float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    float lse_nat = -INFINITY;
-    if (m_max != -INFINITY) {
-      float l_tot = 0.f;
-      float wgt[NT];
+    if (lse_nat != -INFINITY) {
 #pragma unroll
       for (int w = 0; w < NT; ++w) {
-        wgt[w] = fast_exp2(m_of(w) - m_max);
-        l_tot += wgt[w] * l_of(w);
-      }
-      // l_tot is NaN when a score was (a NaN in K): the row's output and LSE become NaN
-      if (l_tot > 0.f || l_tot != l_tot) {
-        const float inv = o_scale / l_tot;
-#pragma unroll
-        for (int w = 0; w < NT; ++w) {
-          const float* src = o_of(w);
-          const float4 x0 = *reinterpret_cast<const float4*>(src);
-          const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
-          const float f = wgt[w] * inv;
-          o[0] += f * x0.x, o[1] += f * x0.y, o[2] += f * x0.z, o[3] += f * x0.w;
-          o[4] += f * x1.x, o[5] += f * x1.y, o[6] += f * x1.z, o[7] += f * x1.w;
-        }
-        lse_nat = (m_max + log2f(l_tot)) * kLn2;
+        const float* src = w < NS ? sO + (w * ROWS + pr) * PITCH + 8 * c : pO + pr * PITCH + 8 * c;
+        const float4 x0 = *reinterpret_cast<const float4*>(src);
+        const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+        const float f = factor(w);
+        o[0] += f * x0.x, o[1] += f * x0.y, o[2] += f * x0.z, o[3] += f * x0.w;
+        o[4] += f * x1.x, o[5] += f * x1.y, o[6] += f * x1.z, o[7] += f * x1.w;
       }
     }
-    const int r = pr / group, h = pr - r * group;
+    const int h = pr - r * group;
     const int2 qs = sRows != nullptr ? sRows[r]
                                      : make_int2(p.rows[2 * (item.row_begin + r)],
                                                  p.rows[2 * (item.row_begin + r) + 1]);
@@ -338,6 +381,37 @@ __device__ __forceinline__ void write_staged_rows(
     } else {
       store_partial_chunk<Traits, HD>(p, slot, head, c, o);
       if (c == 0) p.partial_lse[static_cast<int64_t>(slot) * p.num_qo_heads + head] = lse_nat;
+    }
+  };
+  if constexpr (!kTwoPass) {
+    for (int idx = tid; idx < ROWS * CPT; idx += NTHREADS) {
+      const int pr = idx / CPT, c = idx - pr * CPT;
+      if (pr >= packed_rows) break;  // idx grows with pr
+      float m[NT], l[NT], f[NT];
+      row_states(pr, m, l);
+      const float lse_nat = merge_row_factors<NT>(m, l, o_scale, f);
+      write_chunk(pr, pr / group, c, lse_nat, [&](int w) { return f[w]; });
+    }
+  } else {
+    // ---- pass 1: per row
+    for (int pr = tid; pr < packed_rows; pr += NTHREADS) {
+      float m[NT], l[NT], f[NT];
+      row_states(pr, m, l);
+      const float lse_nat = merge_row_factors<NT>(m, l, o_scale, f);
+#pragma unroll
+      for (int w = 0; w < NT; ++w) (w < NS ? sM[w * ROWS + pr] : sL[pr]) = f[w];
+      sLse[pr] = lse_nat;
+    }
+    sync();
+    // ---- pass 2: per (row, chunk)
+    const RowDivider div(group);
+#pragma unroll 2
+    for (int k = 0; k < ITER; ++k) {
+      const int idx = tid + k * NTHREADS;
+      const int pr = idx / CPT, c = idx - pr * CPT;
+      if ((ROWS * CPT % NTHREADS == 0 || idx < ROWS * CPT) && pr < packed_rows)
+        write_chunk(pr, div(pr), c, sLse[pr],
+                    [&](int w) { return w < NS ? sM[w * ROWS + pr] : sL[pr]; });
     }
   }
 }

@@ -27,8 +27,9 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const DeviceItem
   stage_warp_state<C::NT_O>(sO + first * C::O_PITCH, sM + first, sL + first, C::O_PITCH, st.o, st.m,
                             st.l, lane >> 2, lane & 3);
   named_bar_sync(C::kConsumersBar, C::CONSUMER_THREADS);
-  write_staged_rows<typename C::Traits, C::HD, C::NS, C::ROWS_S, C::O_PITCH>(
-      p, item, kv_head, sO, sM, sL, ctid, C::CONSUMER_THREADS, output_v_scale<C::KV8>(p));
+  write_staged_rows<typename C::Traits, C::HD, C::NS, C::ROWS_S, C::O_PITCH, C::CONSUMER_THREADS>(
+      p, item, kv_head, sO, sM, sL, ctid,
+      [] { named_bar_sync(C::kConsumersBar, C::CONSUMER_THREADS); }, output_v_scale<C::KV8>(p));
 }
 
 }  // namespace treeattn::cuda_detail::sm90

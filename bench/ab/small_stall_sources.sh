@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Device diagnostic for issue 23: where the small lines' CTAs stall, per SASS instruction. The
+# timeline (`treeattn bench --timeline`) gives each CTA's phases (item, chain to the first K/V
+# tile, compute, epilogue) but not which instruction a phase waits on; ncu's warp-stall sampling
+# (SourceCounters, every 32 cycles) does. One launch per run after 20 skipped ones, caches flushed
+# by ncu before it (its default), like the bench's L2 flush.
+# Runs: the smallest FastTree line's deep kM16 kernel with pairs off and on, the kM64 and merge
+# kernels of `N=1,16,64 C=1024,256,32 16/1`, and the timeline of the same lines beside them.
+# Files back: summary.txt, stalls.txt (bench/ab/stall_top.py of each run), NAME.sass.csv.gz.
+#   OUT=... bash bench/ab/small_stall_sources.sh     (repository root, on the device)
+set -u
+source bench/ab/common.sh
+ab_start /tmp/stall_out 420
+W=/tmp/stall_work
+mkdir -p "$W"
+gpu_note
+if [[ ! -x build-final/treeattn ]]; then
+  STAGES=build OUT=/tmp/b timeout -s KILL 300 bash bench/device_final.sh >/tmp/b.log 2>&1
+  grep -E "^build" /tmp/b/summary.txt | tee -a "$S"
+  grep -q "^build: rc=0 " /tmp/b/summary.txt || { note "build failed or killed"; exit 1; }
+fi
+: >"$OUT/stalls.txt"
+run() {  # name, kernel regex (mangled), levels, env...
+  local name=$1 re=$2 lv=$3
+  shift 3
+  env "$@" timeout -s KILL "$(lim 90)" ncu --kernel-name-base mangled -k "regex:$re" \
+    --launch-skip 20 -c 1 --warp-sampling-interval 0 --section SourceCounters \
+    --section WarpStateStats --section SpeedOfLight --import-source no -f -o "$W/$name" \
+    ./build-final/treeattn bench --levels "$lv" --planner auto --runs 50 >"$W/$name.log" 2>&1
+  note "ncu $name: rc=$? at $(($(date +%s) - T0)) s"
+  [[ -f "$W/$name.ncu-rep" ]] || { tail -5 "$W/$name.log" | tee -a "$S"; return; }
+  ncu -i "$W/$name.ncu-rep" --page source --csv --print-source sass >"$W/$name.csv" 2>/dev/null
+  ncu -i "$W/$name.ncu-rep" --page details >"$W/$name.details" 2>/dev/null
+  gzip -c "$W/$name.csv" >"$OUT/$name.sass.csv.gz"
+  { echo "===== $name ($lv $*)"
+    grep -E "Duration|Issued Warp|Warp Cycles Per Issued|SM Frequency" "$W/$name.details" | head -6
+    python3 bench/ab/stall_top.py "$W/$name.csv" 40; } >>"$OUT/stalls.txt" 2>&1
+}
+SMALL="N=1,2,64 C=8,256,32 heads=16/1"
+MID="N=1,16,64 C=1024,256,32 heads=16/1"
+run m16_pairs_off 'decode_attention_kernel' "$SMALL" TREEATTN_PAIR_M16=off
+run m16_pairs_on 'decode_attention_kernel' "$SMALL" TREEATTN_PAIR_M16=on
+run m64_mid 'decode_(attention|ws)_kernel.*Li128ELi1EL' "$MID"
+run merge_mid 'decode_merge_kernel' "$MID"
+for lv in "$SMALL" "$MID"; do
+  timeout -s KILL "$(lim 40)" ./build-final/treeattn bench --levels "$lv" --planner auto \
+    --pair-m16 off,on --timeline /tmp/tl.jsonl 2>&1 | grep -E "^  timeline|^    |us" | head -30 |
+    tee -a "$S"
+done
+gzip -c /tmp/tl.jsonl >"$OUT/timeline.jsonl.gz" 2>/dev/null
+note "done at $(($(date +%s) - T0)) s"
