@@ -332,7 +332,7 @@ __device__ __forceinline__ float merge_row_factors(const float (&m)[NT], const f
 ///        into sL[PEER ? 1 : 0][pr], in place of what it read; then `sync()` (the caller's
 ///        barrier over the NTHREADS threads);
 ///     2. one thread per pair: O = sum_w f_w O_w, stored with the LSE from chunk 0.
-/// Both give the same bits: the same expressions in the same order.
+/// Both paths evaluate the same expressions in the same order (as the one-pass write did before).
 template <class Traits, int HD, int NS, int ROWS, int PITCH, int NTHREADS, bool PEER = false,
           class Sync>
 __device__ __forceinline__ void write_staged_rows(
