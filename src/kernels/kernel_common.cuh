@@ -16,6 +16,7 @@
 #include "decode_params.h"
 #include "ptx.cuh"
 #include "treeattn/common/fp8.h"
+#include "treeattn/common/int_math.h"
 
 namespace treeattn::cuda_detail {
 
@@ -271,17 +272,6 @@ __device__ __forceinline__ void push_merged_state(const float* sO, const float* 
   }
 }
 
-/// Divides packed-row indices (< 2^16) by the GQA group (< 2^16) without a division per row:
-/// r = umulhi(pr, ceil(2^32 / group)), exact while pr * group < 2^32; group 1 is the identity.
-struct RowDivider {
-  uint32_t magic;  ///< ceil(2^32 / group); 0 for group 1
-  __device__ __forceinline__ explicit RowDivider(int group)
-      : magic(group == 1 ? 0u : 0xffffffffu / static_cast<uint32_t>(group) + 1u) {}
-  __device__ __forceinline__ int operator()(int pr) const {
-    return magic == 0u ? pr : static_cast<int>(__umulhi(static_cast<uint32_t>(pr), magic));
-  }
-};
-
 /// The merge of one row's NT states (max m_w in the exp2 domain, row sum l_w): each state's factor
 /// f_w = 2^(m_w - m_max) * o_scale / l_tot, so that the row's output is sum_w f_w O_w, and the
 /// row's natural-log LSE. A row whose states saw nothing gets f = 0 and lse = -inf; a NaN score
@@ -404,13 +394,13 @@ __device__ __forceinline__ void write_staged_rows(
     }
     sync();
     // ---- pass 2: per (row, chunk)
-    const RowDivider div(group);
+    const SmallDivider div(static_cast<uint32_t>(group));  // packed row -> item row
 #pragma unroll 2
     for (int k = 0; k < ITER; ++k) {
       const int idx = tid + k * NTHREADS;
       const int pr = idx / CPT, c = idx - pr * CPT;
       if ((ROWS * CPT % NTHREADS == 0 || idx < ROWS * CPT) && pr < packed_rows)
-        write_chunk(pr, div(pr), c, sLse[pr],
+        write_chunk(pr, static_cast<int>(div(static_cast<uint32_t>(pr))), c, sLse[pr],
                     [&](int w) { return w < NS ? sM[w * ROWS + pr] : sL[pr]; });
     }
   }
