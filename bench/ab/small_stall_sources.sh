@@ -14,24 +14,14 @@ ab_start /tmp/stall_out 420
 W=/tmp/stall_work
 mkdir -p "$W"
 gpu_note
-if [[ ! -x build-final/treeattn ]]; then
-  STAGES=build OUT=/tmp/b timeout -s KILL 300 bash bench/device_final.sh >/tmp/b.log 2>&1
-  grep -E "^build" /tmp/b/summary.txt | tee -a "$S"
-  grep -q "^build: rc=0 " /tmp/b/summary.txt || { note "build failed or killed"; exit 1; }
-fi
+ab_cli 300
 : >"$OUT/stalls.txt"
-run() {  # name, kernel regex (mangled), levels, env...
+run() {  # name, kernel regex (mangled), levels, env ...
   local name=$1 re=$2 lv=$3
   shift 3
-  env "$@" timeout -s KILL "$(lim 90)" ncu --kernel-name-base mangled -k "regex:$re" \
-    --launch-skip 20 -c 1 --warp-sampling-interval 0 --section SourceCounters \
-    --section WarpStateStats --section SpeedOfLight --import-source no -f -o "$W/$name" \
-    ./build-final/treeattn bench --levels "$lv" --planner auto --runs 50 >"$W/$name.log" 2>&1
-  note "ncu $name: rc=$? at $(($(date +%s) - T0)) s"
-  [[ -f "$W/$name.ncu-rep" ]] || { tail -5 "$W/$name.log" | tee -a "$S"; return; }
-  ncu -i "$W/$name.ncu-rep" --page source --csv --print-source sass >"$W/$name.csv" 2>/dev/null
-  ncu -i "$W/$name.ncu-rep" --page details >"$W/$name.details" 2>/dev/null
-  gzip -c "$W/$name.csv" >"$OUT/$name.sass.csv.gz"
+  ncu_sass "$name" "$re" "$(lim 90)" --launch-skip 20 --warp-sampling-interval 0 -- \
+    env "$@" ./build-final/treeattn bench --levels "$lv" --planner auto --runs 50 ||
+    { tail -5 "$W/$name.log" | tee -a "$S"; return; }
   { echo "===== $name ($lv $*)"
     grep -E "Duration|Issued Warp|Warp Cycles Per Issued|SM Frequency" "$W/$name.details" | head -6
     python3 bench/ab/stall_top.py "$W/$name.csv" 40; } >>"$OUT/stalls.txt" 2>&1

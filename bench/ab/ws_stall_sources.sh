@@ -17,26 +17,15 @@ source bench/ab/common.sh
 ab_start /tmp/stall_out 540
 W=/tmp/stall_work
 mkdir -p "$W"
-if [[ ! -x build-final/treeattn ]]; then
-  STAGES=build OUT=/tmp/b timeout -s KILL 330 bash bench/device_final.sh >/tmp/b.log 2>&1
-  grep -E "^(gpu|build)" /tmp/b/summary.txt | tee "$S"
-  grep -q "^build: rc=0 " /tmp/b/summary.txt || { echo "build failed or killed" | tee -a "$S"; exit 1; }
-fi
+ab_cli 330
 : >"$OUT/stalls.txt"
 : >"$OUT/ncu_logs.txt"
 run() {  # name, kernel regex (mangled), grouped kernel, levels[, planner (auto)]
-  local to
-  to=$(lim "${NCU_S:-100}")
-  timeout -s KILL "$to" ncu --kernel-name-base mangled -k "regex:$2" -c 1 \
-    --section SourceCounters --section WarpStateStats --section SpeedOfLight \
-    --import-source no -f -o "$W/$1" ./build-final/treeattn bench --levels "$4" --planner "${5:-auto}" \
-    --grouped-kernel "$3" --runs 50 >"$W/$1.log" 2>&1
-  echo "ncu $1: rc=$? in $(($(date +%s) - T0)) s" | tee -a "$S"
+  ncu_sass "$1" "$2" "$(lim "${NCU_S:-100}")" -- ./build-final/treeattn bench --levels "$4" \
+    --planner "${5:-auto}" --grouped-kernel "$3" --runs 50
+  local ok=$?
   { echo "===== $1"; tail -n 30 "$W/$1.log"; } >>"$OUT/ncu_logs.txt"
-  [[ -f "$W/$1.ncu-rep" ]] || return
-  ncu -i "$W/$1.ncu-rep" --page source --csv --print-source sass >"$W/$1.csv" 2>>"$OUT/ncu_logs.txt"
-  ncu -i "$W/$1.ncu-rep" --page details >"$W/$1.details" 2>>"$OUT/ncu_logs.txt"
-  gzip -c "$W/$1.csv" >"$OUT/$1.sass.csv.gz"
+  ((ok == 0)) || return
   { echo "===== $1 ($3, $4)"
     grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issued Warp|Warp Cycles Per Issued" \
       "$W/$1.details" | head -8

@@ -345,6 +345,11 @@ __device__ __forceinline__ void write_staged_rows(
       l[w] = w < NS ? sL[w * ROWS + pr] : pL[pr];
     }
   };
+  // where pass 1 keeps state w's factor of row pr: in place of its m, the peer's in place of
+  // state 0's l
+  const auto factor_slot = [&](int w, int pr) -> float& {
+    return w < NS ? sM[w * ROWS + pr] : sL[pr];
+  };
   // chunk c of row pr: O = sum_w f_w O_w (f from `factor(w)`; none read when lse is -inf),
   // rounded and stored with the LSE
   const auto write_chunk = [&](int pr, int r, int c, float lse_nat, auto factor) {
@@ -389,7 +394,7 @@ __device__ __forceinline__ void write_staged_rows(
       row_states(pr, m, l);
       const float lse_nat = merge_row_factors<NT>(m, l, o_scale, f);
 #pragma unroll
-      for (int w = 0; w < NT; ++w) (w < NS ? sM[w * ROWS + pr] : sL[pr]) = f[w];
+      for (int w = 0; w < NT; ++w) factor_slot(w, pr) = f[w];
       sLse[pr] = lse_nat;
     }
     sync();
@@ -401,7 +406,7 @@ __device__ __forceinline__ void write_staged_rows(
       const int pr = idx / CPT, c = idx - pr * CPT;
       if ((ROWS * CPT % NTHREADS == 0 || idx < ROWS * CPT) && pr < packed_rows)
         write_chunk(pr, static_cast<int>(div(static_cast<uint32_t>(pr))), c, sLse[pr],
-                    [&](int w) { return w < NS ? sM[w * ROWS + pr] : sL[pr]; });
+                    [&](int w) { return factor_slot(w, pr); });
     }
   }
 }
