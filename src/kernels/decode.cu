@@ -422,6 +422,8 @@ Status run_decode(const PlanLayout& layout, void* workspace, const DecodeArgs& a
   p.rows = reinterpret_cast<const int32_t*>(base + layout.rows_off);
   p.ranges = reinterpret_cast<const DeviceRange*>(base + layout.ranges_off);
   p.page_ids = reinterpret_cast<const int32_t*>(base + layout.page_ids_off);
+  p.records = reinterpret_cast<const int4*>(base + layout.records_off);
+  p.record_int4 = layout.record_bytes / 16;
   p.masks = reinterpret_cast<const uint64_t*>(base + layout.masks_off);
   p.merge_indptr = reinterpret_cast<const int32_t*>(base + layout.merge_indptr_off);
   p.merge_slots = reinterpret_cast<const int32_t*>(base + layout.merge_slots_off);

@@ -80,15 +80,20 @@ struct AttnConfig {
   static constexpr bool BLOCK_LAYOUT = tile::block_layout(kClass, HD);
   static constexpr bool USE_WGMMA = BLOCK_LAYOUT && TREEATTN_WGMMA;
   static constexpr int ALIGN_SLACK = BLOCK_LAYOUT ? 1024 : 0;
-  /// the item rows' (query, slot) pairs, kept from the kernel's start for the epilogue's writes
+  /// the item rows' (query, slot) pairs, kept from the kernel's start for the epilogue's writes;
+  /// in the kM16 configs the item's whole record (DeviceRecordHead: the item, its rows at
+  /// kRecordRowsOff, its first ranges and page ids), fetched at the start in one round
+  static constexpr bool RECORD = tile::plan_class(kClass) == 0;
   static constexpr int ROWINFO_OFF = MAIN_BYTES > EPI_BYTES ? MAIN_BYTES : EPI_BYTES;
-  static_assert(ROWINFO_OFF % 8 == 0 && ROWS <= THREADS, "int2 pairs, one per staging thread");
+  static constexpr int ROWINFO_BYTES = RECORD ? kRecordMaxBytes : ROWS * 8;
+  static_assert(ROWINFO_OFF % 16 == 0 && ROWS <= THREADS, "int2 pairs, one per staging thread");
+  static_assert(!RECORD || ROWS <= kRecordRows, "a record holds a kM16 item's rows");
   /// A config that runs cluster pairs (tile::pair_config, tile::use_pair_m16): the first CTA of a
   /// pair receives the second's merged state of each row here (fp32 O [ROWS][O_PITCH], then m and
   /// l [ROWS] each), written by the second CTA while the first still computes, so it aliases
   /// nothing.
   static constexpr bool PAIR = tile::pair_config(kClass, HD);
-  static constexpr int PEER_OFF = ROWINFO_OFF + ROWS * 8;
+  static constexpr int PEER_OFF = ROWINFO_OFF + ROWINFO_BYTES;
   static constexpr int PEER_BYTES = PAIR ? ROWS * O_PITCH * 4 + 2 * ROWS * 4 : 0;
   static_assert(PEER_OFF % 16 == 0, "16-byte chunks of the peer's O");
   static constexpr int SMEM_BYTES = PEER_OFF + PEER_BYTES + ALIGN_SLACK;

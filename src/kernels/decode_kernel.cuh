@@ -17,8 +17,12 @@
 //                            each token row's page address computed by one lane of its warp
 //                            (kM64/kM128 up to HD 128: HD / 64 column blocks, AttnConfig::swz)
 //   sMask [STAGES][BN]       uint64 mask word of each token's range (masked items only)
-//   sRows [ROWS]             int2 (query, slot) of each item row, read at the start for the
-//                            epilogue's writes (past every aliased region)
+//   sRows [ROWS]             int2 (query, slot) of each item row, read at the start for Q and
+//                            the epilogue's writes (past every aliased region); in the kM16
+//                            configs part of the item's record sRec [kRecordMaxBytes]
+//                            (DeviceRecordHead, layout.h: the item, its rows, its first ranges
+//                            and their page ids), which the CTA copies in one round at its start:
+//                            Q and the first K/V tiles then wait on no chain of dependent loads
 //   sPeer [ROWS][O_PITCH], m [ROWS], l [ROWS]
 //                            fp32: a cluster pair's second CTA's merged state (the deep kM16
 //                            config up to head_dim 128; past sRows, aliasing nothing)
@@ -85,7 +89,28 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
   };
   if (stamps) timeline_begin(p, tl_rec, kClass);
   pdl_launch_dependents();
-  const DeviceItem item = p.items[p.class_item_off[kPlanClass] + item_idx];
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw;
+  if constexpr (C::BLOCK_LAYOUT)
+    smem += (1024 - (smem_u32(smem_raw) & 1023)) & 1023;  // tiles on 1024-byte boundaries
+  const int tid = threadIdx.x;
+  // the item's rows (query, slot) for Q and the epilogue's writes: past every aliased region; in
+  // the kM16 configs inside the item's record there
+  int2* sRows = reinterpret_cast<int2*>(smem + C::ROWINFO_OFF + (C::RECORD ? kRecordRowsOff : 0));
+  const auto* sRec = reinterpret_cast<const DeviceRecordHead*>(smem + C::ROWINFO_OFF);
+  DeviceItem item;
+  if constexpr (C::RECORD) {
+    // the kM16 item's record in one round: the item, its rows, its first ranges and page ids
+    // (layout.h), so that neither Q nor the first K/V tiles wait on a chain of dependent loads
+    const int4* src = p.records + static_cast<int64_t>(item_idx) * p.record_int4;
+    for (int i = tid; i < p.record_int4; i += C::THREADS)
+      reinterpret_cast<int4*>(smem + C::ROWINFO_OFF)[i] = src[i];
+    __syncthreads();
+    item = sRec->item;
+  } else {
+    item = p.items[p.class_item_off[kPlanClass] + item_idx];
+  }
   // capacity launched, the plan's items of the class ended: wait like every CTA, so that this
   // grid's end still means its predecessor's end (the merge and the next call rely on the chain)
   if (item.num_rows == 0) {
@@ -105,20 +130,16 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
   const int packed_rows = item.num_rows * group;
   const bool masked = item.mask_begin >= 0;
 
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  unsigned char* smem = smem_raw;
-  if constexpr (C::BLOCK_LAYOUT)
-    smem += (1024 - (smem_u32(smem_raw) & 1023)) & 1023;  // tiles on 1024-byte boundaries
   const uint32_t s_base = smem_u32(smem);
   const uint32_t sQ = s_base + C::Q_OFF;
   uint64_t* sMask = reinterpret_cast<uint64_t*>(smem + C::MASK_OFF);
 
-  const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int wm = warp / WN, wn = warp % WN;
   const int g = lane >> 2, t4 = lane & 3;
-  int2* sRows = reinterpret_cast<int2*>(smem + C::ROWINFO_OFF);  // past every aliased region
-  stage_item_rows(p, item, sRows, tid);
+  if constexpr (!C::RECORD) stage_item_rows(p, item, sRows, tid);
+  const int32_t* item_rows =
+      C::RECORD ? reinterpret_cast<const int32_t*>(sRows) : p.rows + 2 * item.row_begin;
 
   // this CTA's KV tiles [first_tile, first_tile + num_tiles) of every head: all of the item's,
   // or a pair's half (the first CTA the first ceil(n / 2)); the tile loop counts them from 0 (the
@@ -133,7 +154,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
     if (kv_head > kv_head0) __syncthreads();
     // ---- Q: gQ[query, kv_head*group + h, :] -> sQ[pr][:] (zero rows past the item)
     copy_q_rows<T, C::ROWS, C::ROWS_PER_PASS>(
-        p, item, kv_head, sQ, tid % CPT, tid / CPT,
+        p, item, item_rows, kv_head, sQ, tid % CPT, tid / CPT,
         [](int r, int c) { return C::template swz<C::ROWS>(r, c); });
 
     // ---- the paged K/V loader (loader.cuh)

@@ -28,6 +28,9 @@ struct KernelParams {
   const int32_t* rows;      ///< int32 pairs (query, slot)
   const DeviceRange* ranges;
   const int32_t* page_ids;
+  const int4*
+      records;  ///< kM16 item slot j's record (DeviceRecordHead) at records + j * record_int4
+  int32_t record_int4;  ///< 16-byte words of a record (PlanLayout::record_bytes / 16)
   const uint64_t* masks;
   const int32_t* merge_indptr;
   const int32_t* merge_slots;

@@ -7,8 +7,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "resolve_pages.h"
 #include "treeattn/common/error.h"
@@ -167,7 +170,8 @@ void DevicePlan::upload(const Plan& plan, cudaStream_t stream, double headroom,
   }
   // The previous upload's copy must have read the staging buffer before it is rewritten.
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(copy_done_)), "waiting for the last upload");
-  pack_plan(plan, layout_, staging_);
+  pack_plan(plan, layout_, staging_, &record_copies_);
+  record_copies_sorted_ = false;
   // run() picks the kM16 config and the grouped kernels for the plan it runs (a captured graph
   // keeps its own)
   set_planned_counts(plan, &layout_);
@@ -193,8 +197,39 @@ void DevicePlan::resolve_pages(const int32_t* pairs, int64_t n, const int32_t* t
                  ") is outside the plan's page ids or the table");
   DeviceScope scope(device_);
   check_not_capturing(stream, "resolve_pages", "");
-  if (n > resolve_cap_) {
-    const int64_t cap = std::max<int64_t>(n, layout_.page_ids);
+  // the pairs, then one pair per record copy of each pair's page id (its position counted from
+  // the page ids too, so that the kernel writes both alike)
+  if (!record_copies_sorted_) {
+    std::vector<std::pair<int32_t, int32_t>> c(record_copies_.size() / 2);
+    for (size_t i = 0; i < c.size(); ++i) c[i] = {record_copies_[2 * i], record_copies_[2 * i + 1]};
+    std::sort(c.begin(), c.end());
+    for (size_t i = 0; i < c.size(); ++i) {
+      record_copies_[2 * i] = c[i].first;
+      record_copies_[2 * i + 1] = c[i].second;
+    }
+    record_copies_sorted_ = true;
+  }
+  const int64_t num_copies = static_cast<int64_t>(record_copies_.size() / 2);
+  const auto copies_of = [this, num_copies](int32_t pos) {
+    int64_t lo = 0, hi = num_copies;  // first copy of a position >= pos
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (record_copies_[2 * mid] < pos)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    return lo;
+  };
+  int64_t total = n;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = copies_of(pairs[2 * i]);
+         c < num_copies && record_copies_[2 * c] == pairs[2 * i]; ++c)
+      ++total;
+  TA_CHECK_ARG(total <= INT32_MAX, "pairs", n, " pairs and their ", total - n,
+               " record copies exceed 2^31-1");
+  if (total > resolve_cap_) {
+    const int64_t cap = std::max<int64_t>(total, layout_.page_ids);
     const size_t bytes = static_cast<size_t>(cap) * 2 * sizeof(int32_t);
     release_resolve();
     alloc_staged(&resolve_pairs_, bytes, &resolve_staging_, bytes, &resolve_done_, "resolve pairs");
@@ -203,14 +238,22 @@ void DevicePlan::resolve_pages(const int32_t* pairs, int64_t n, const int32_t* t
   // the previous call's copy and kernel must have read the pair buffers before they are rewritten
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(resolve_done_)),
         "waiting for the last resolve copy");
-  const size_t bytes = static_cast<size_t>(n) * 2 * sizeof(int32_t);
-  std::copy(pairs, pairs + 2 * n, static_cast<int32_t*>(resolve_staging_));
+  auto* staged = static_cast<int32_t*>(resolve_staging_);
+  std::copy(pairs, pairs + 2 * n, staged);
+  int64_t k = n;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = copies_of(pairs[2 * i]);
+         c < num_copies && record_copies_[2 * c] == pairs[2 * i]; ++c, ++k) {
+      staged[2 * k] = record_copies_[2 * c + 1];
+      staged[2 * k + 1] = pairs[2 * i + 1];
+    }
+  const size_t bytes = static_cast<size_t>(total) * 2 * sizeof(int32_t);
   check(cudaMemcpyAsync(resolve_pairs_, resolve_staging_, bytes, cudaMemcpyHostToDevice, stream),
         "resolve pairs upload (cudaMemcpyAsync)");
   int32_t* page_ids =
       reinterpret_cast<int32_t*>(static_cast<char*>(workspace_) + layout_.page_ids_off);
   check(cuda_detail::launch_resolve_pages(page_ids, static_cast<const int32_t*>(resolve_pairs_),
-                                          static_cast<int32_t>(n), table, num_pages, stream),
+                                          static_cast<int32_t>(total), table, num_pages, stream),
         "resolve_pages kernel launch");
   // after the kernel: the next call rewrites both pair buffers only once it has read them (also
   // when that call comes on another stream)

@@ -104,15 +104,21 @@ __device__ __forceinline__ uint32_t block_swz(int r, int c) {
 }
 
 /// Forward-only cursor over an item's ranges: token position -> element offset of its page slot.
+/// The ranges and the page ids they index are the plan's (in global memory), or a kM16 record's
+/// own (DeviceRecordHead, in shared memory); `idx` counts from the item's first range either way.
 struct RangeCursor {
   const DeviceRange* ranges;
+  const int32_t* pages;
   int idx, num;
   DeviceRange cur;
-  __device__ __forceinline__ void init(const DeviceRange* r, int n) {
+  /// Starts at range `first` (< n; the ranges before it hold no token the caller will seek).
+  __device__ __forceinline__ void init(const DeviceRange* r, const int32_t* page_ids, int n,
+                                       int first = 0) {
     ranges = r;
+    pages = page_ids;
     num = n;
-    idx = 0;
-    if (n > 0) cur = r[0];
+    idx = first;
+    if (n > 0) cur = r[first];
   }
   /// Requires pos to be non-decreasing between calls and < the item's kv_tokens.
   __device__ __forceinline__ void seek(int pos) {
@@ -123,18 +129,20 @@ struct RangeCursor {
     const int in_range = cur.page_offset + (pos - cur.token_begin);
     const int page_local = p.page_shift >= 0 ? in_range >> p.page_shift : in_range / p.page_size;
     const int slot = in_range - page_local * p.page_size;
-    const int page = p.page_ids[cur.page_begin + page_local];
+    const int page = pages[cur.page_begin + page_local];
     return page * p.page_stride + slot * p.slot_stride;
   }
 };
 
-/// Copies the CTA's Q rows into shared memory with cp.async: packed row pr = r * group + h is query
-/// rows[row_begin + r]'s qo head kv_head * group + h; rows past the item are zero-filled. The
-/// calling thread copies 16-byte chunk `c` of rows prow, prow + RPP, ... < ROWS; `swz(pr, c)` is
-/// the chunk's byte offset in the tile at sQ.
+/// Copies the CTA's Q rows into shared memory with cp.async: packed row pr = r * group + h is the
+/// query of the item's row r (item_rows[2 r]: the plan's rows from the item's row_begin, or a kM16
+/// record's copy in shared memory), its qo head kv_head * group + h; rows past the item are
+/// zero-filled. The calling thread copies 16-byte chunk `c` of rows prow, prow + RPP, ... < ROWS;
+/// `swz(pr, c)` is the chunk's byte offset in the tile at sQ.
 template <class T, int ROWS, int RPP, class Swz>
 __device__ __forceinline__ void copy_q_rows(const KernelParams& p, const DeviceItem& item,
-                                            int kv_head, uint32_t sQ, int c, int prow, Swz swz) {
+                                            const int32_t* item_rows, int kv_head, uint32_t sQ,
+                                            int c, int prow, Swz swz) {
   const T* gq = static_cast<const T*>(p.q);
   const int group = p.group;
   const int packed_rows = item.num_rows * group;
@@ -145,7 +153,7 @@ __device__ __forceinline__ void copy_q_rows(const KernelParams& p, const DeviceI
     int bytes = 0;
     if (pr < packed_rows) {
       const int r = pr / group, h = pr - r * group;
-      const int query = p.rows[2 * (item.row_begin + r)];
+      const int query = item_rows[2 * r];
       src = gq + query * p.q_stride_query + (kv_head * group + h) * p.q_stride_head + c * 8;
       bytes = 16;
     }

@@ -3,11 +3,13 @@
 // PagedKvLoader: per pass of a tile, each warp copies 32 / LCPT token rows by cp.async (lane / LCPT
 // picks the row, lane % LCPT its 16-byte column: 8 dtype or 16 fp8 elements). A row's address
 // chain (range seek, page id, mask word) runs once, in one lane of the warp, and reaches the row's
-// other lanes by a shuffle: lane i < WROWS computes the warp's i-th row of the tile. Offsets are in
-// elements from pointers at this thread's KV head and 16-byte column. A row past the item re-reads
-// the item's last token: its scores are hidden (the tail test, or a zero mask word), so its P is 0,
-// and every copy is a full 16 bytes with no per-row predicate. Masked items also store each row's
-// mask word in the stage's sMask slots.
+// other lanes by a shuffle: lane i < WROWS computes the warp's i-th row of the tile. In the kM16
+// configs a token the item's record covers (its first inline_tokens) finds its range and page id
+// in the record, in shared memory; a later one in the plan's arrays, from the record's last range.
+// Offsets are in elements from pointers at this thread's KV head and 16-byte column. A row past the
+// item re-reads the item's last token: its scores are hidden (the tail test, or a zero mask word),
+// so its P is 0, and every copy is a full 16 bytes with no per-row predicate. Masked items also
+// store each row's mask word in the stage's sMask slots.
 //
 // convert_fp8_stage: an fp8 cache's stage -> the dtype tile(s) the MMAs read, in 16-byte units (16
 // fp8 elements -> two dtype chunks); V only under KREG, whose K the MMAs convert in registers.
@@ -41,8 +43,11 @@ struct PagedKvLoader {
   int tid, lane, lc, lane_row;
   const KvT* gk;
   const KvT* gv;
-  RangeCursor cursor;
+  RangeCursor cursor;  ///< over the plan's ranges and page ids
+  int rec_idx = 0;     ///< the range of the record's (C::RECORD) that the last inline token was in
 
+  /// In the kM16 configs (C::RECORD) the item's record (DeviceRecordHead) is in shared memory at
+  /// s_base_ + C::ROWINFO_OFF.
   __device__ __forceinline__ PagedKvLoader(const KernelParams& p_, const DeviceItem& item_,
                                            int kv_head, uint32_t s_base_, uint64_t* sMask_,
                                            bool masked_, int tid_, int lane_, int warp)
@@ -58,7 +63,29 @@ struct PagedKvLoader {
     gk = static_cast<const KvT*>(p.k) + head_off;
     gv = static_cast<const KvT*>(p.v) + head_off;
     lane_row = (lane / RPW) * LRPP + warp * RPW + lane % RPW;
-    cursor.init(p.ranges + item.range_begin, item.num_ranges);
+    if constexpr (C::RECORD) {
+      // the plan's ranges from the record's last one (the first a later token can be in)
+      const int inline_ranges = ld_shared_s32(s_base + C::ROWINFO_OFF + kRecordInlineRangesOff);
+      cursor.init(p.ranges + item.range_begin, p.page_ids, item.num_ranges,
+                  max(inline_ranges - 1, 0));
+    } else {
+      cursor.init(p.ranges + item.range_begin, p.page_ids, item.num_ranges);
+    }
+  }
+
+  /// Element offset of the page slot of token `pos` < the record's inline_tokens, from the
+  /// record's ranges and page ids (shared memory; only rec_idx stays in registers). Requires pos
+  /// to be non-decreasing between calls.
+  __device__ __forceinline__ long long record_slot_offset(int pos) {
+    const uint32_t ranges = s_base + C::ROWINFO_OFF + kRecordRangesOff;
+    uint4 r = ld_shared_u4(ranges + 16 * rec_idx);  // page_begin, page_offset, len, token_begin
+    while (pos >= static_cast<int>(r.w + r.z)) r = ld_shared_u4(ranges + 16 * ++rec_idx);
+    const int in_range = static_cast<int>(r.y) + (pos - static_cast<int>(r.w));
+    const int page_local = p.page_shift >= 0 ? in_range >> p.page_shift : in_range / p.page_size;
+    const int slot = in_range - page_local * p.page_size;
+    const int page = ld_shared_s32(s_base + C::ROWINFO_OFF + kRecordPagesOff +
+                                   4 * (static_cast<int>(r.x) + page_local));
+    return page * p.page_stride + slot * p.slot_stride;
   }
 
   /// Issues the cp.async copies of KV tile `tile` into stage `stage` (no commit).
@@ -71,11 +98,18 @@ struct PagedKvLoader {
     if (lane < WROWS) {
       const int raw = tile * BN + lane_row;
       const int pos = min(raw, item.kv_tokens - 1);
-      cursor.seek(pos);
-      row_off = cursor.slot_offset(p, pos);
+      int range_idx;
+      if (C::RECORD && pos < ld_shared_s32(s_base + C::ROWINFO_OFF + kRecordInlineTokensOff)) {
+        row_off = record_slot_offset(pos);
+        range_idx = rec_idx;
+      } else {
+        cursor.seek(pos);
+        row_off = cursor.slot_offset(p, pos);
+        range_idx = cursor.idx;
+      }
       if (masked)
         sMask[stage * BN + lane_row] =
-            raw < item.kv_tokens ? p.masks[item.mask_begin + cursor.idx] : 0ull;
+            raw < item.kv_tokens ? p.masks[item.mask_begin + range_idx] : 0ull;
     }
 #pragma unroll
     for (int k = 0; k < PASSES; ++k) {

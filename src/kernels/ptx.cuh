@@ -38,6 +38,11 @@ __device__ __forceinline__ uint4 ld_shared_u4(uint32_t addr) {
                : "r"(addr));
   return v;
 }
+__device__ __forceinline__ int ld_shared_s32(uint32_t addr) {
+  int v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
 __device__ __forceinline__ void st_shared_u64(uint32_t addr, uint64_t v) {
   asm volatile("st.shared.u64 [%0], %1;\n" ::"r"(addr), "l"(v) : "memory");
 }

@@ -8,6 +8,9 @@
 //   int32 x 2    [rows]        (query, slot) per PlanRow
 //   DeviceRange  [ranges]      token_begin = prefix sum of len within the range's item
 //   int32        [page_ids]
+//   records      [class_items[0]] record_bytes each: the kM16 items' records (DeviceRecordHead),
+//                                 after the page ids so that a copy's position counted from them
+//                                 is positive (resolve_pages rewrites copies like page ids)
 //   uint64       [masks]
 //   int32        [queries + 1] merge_indptr
 //   int32        [slots]       merge_slots (each slot is merged exactly once)
@@ -18,7 +21,9 @@
 #include "treeattn/plan/layout.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "treeattn/common/error.h"
@@ -36,6 +41,74 @@ int64_t scaled(int64_t n, double headroom) {
   TA_CHECK_ARG(c <= kMaxCapacity, "headroom", headroom, " scales a capacity of ", n, " to ", c,
                ", above the limit 2^31-1 of the device layout");
   return static_cast<int64_t>(c);
+}
+
+// The kM16 items' records (DeviceRecordHead in layout.h): the item, its rows, and its first ranges
+// with their page ids while the record has room; a range that does not fit whole is cut at a page.
+void pack_records(const Plan& plan, const PlanLayout& layout, char* base,
+                  std::vector<int32_t>* copies) {
+  if (copies != nullptr) copies->clear();
+  const int32_t ps = plan.shape.page_size;
+  TA_CHECK_ARG(layout.record_bytes == record_bytes(ps), "layout", "records of ",
+               layout.record_bytes, " bytes, the page size ", ps, " wants ", record_bytes(ps));
+  const int cap_pages = record_pages(ps);
+  const int64_t words_from_pages = (layout.records_off - layout.page_ids_off) / 4;
+  TA_CHECK_ARG((layout.metadata_bytes - layout.page_ids_off) / 4 <= INT32_MAX, "layout",
+               "records beyond 2^31 words of the page ids");
+  for (int32_t i = plan.class_begin[0]; i < plan.class_begin[1]; ++i) {
+    const WorkItem& it = plan.items[i];
+    TA_CHECK_ARG(it.num_rows <= kRecordRows, "plan", "kM16 item ", i, " has ", it.num_rows,
+                 " rows, more than the ", kRecordRows, " of a kM16 tile");
+    TA_CHECK_ARG(it.row_begin >= 0 && it.num_rows >= 0 &&
+                     it.row_begin + static_cast<int64_t>(it.num_rows) <=
+                         static_cast<int64_t>(plan.rows.size()) &&
+                     it.range_begin >= 0 && it.num_ranges >= 0 &&
+                     it.range_begin + static_cast<int64_t>(it.num_ranges) <=
+                         static_cast<int64_t>(plan.ranges.size()),
+                 "plan", "item ", i, "'s rows or ranges lie outside the plan's arrays");
+    const int64_t rec_off = layout.records_off + (i - plan.class_begin[0]) * layout.record_bytes;
+    char* rec = base + rec_off;
+    DeviceRecordHead head{
+        {it.row_begin, it.num_rows, it.range_begin, it.num_ranges, it.mask_begin, it.kv_tokens},
+        0,
+        0};
+    auto* rows = reinterpret_cast<int32_t*>(rec + kRecordRowsOff);
+    for (int32_t r = 0; r < it.num_rows; ++r) {
+      rows[2 * r] = plan.rows[it.row_begin + r].query;
+      rows[2 * r + 1] = plan.rows[it.row_begin + r].slot;
+    }
+    auto* pages = reinterpret_cast<int32_t*>(rec + kRecordPagesOff);
+    int32_t tok = 0, used = 0;
+    for (int32_t j = 0; j < std::min(it.num_ranges, kRecordRanges); ++j) {
+      const KvRange& g = plan.ranges[it.range_begin + j];
+      const int32_t need = (g.page_offset + g.len + ps - 1) / ps;
+      const int32_t take = std::min(need, cap_pages - used);
+      const int32_t covered =
+          std::min<int64_t>(g.len, static_cast<int64_t>(take) * ps - g.page_offset);
+      if (covered <= 0) break;
+      TA_CHECK_ARG(g.page_begin >= 0 && g.page_begin + static_cast<int64_t>(take) <=
+                                            static_cast<int64_t>(plan.page_ids.size()),
+                   "plan", "range ", it.range_begin + j,
+                   "'s pages lie outside the plan's page ids");
+      const DeviceRange d{used, g.page_offset, g.len, tok};
+      std::memcpy(rec + kRecordRangesOff + j * sizeof(DeviceRange), &d, sizeof(d));
+      for (int32_t k = 0; k < take; ++k) {
+        pages[used + k] = plan.page_ids[g.page_begin + k];
+        if (copies != nullptr) {
+          copies->push_back(g.page_begin + k);
+          copies->push_back(static_cast<int32_t>(words_from_pages +
+                                                 (rec_off - layout.records_off) / 4 +
+                                                 kRecordPagesOff / 4 + used + k));
+        }
+      }
+      used += take;
+      head.inline_ranges = j + 1;
+      head.inline_tokens = tok + covered;
+      if (covered < g.len) break;
+      tok += g.len;
+    }
+    std::memcpy(rec, &head, sizeof(head));
+  }
 }
 
 }  // namespace
@@ -80,6 +153,8 @@ PlanLayout plan_layout(const Plan& plan, double headroom, const LayoutReserve* r
   L.rows_off = place(L.rows * 2 * static_cast<int64_t>(sizeof(int32_t)));
   L.ranges_off = place(L.ranges * static_cast<int64_t>(sizeof(DeviceRange)));
   L.page_ids_off = place(L.page_ids * static_cast<int64_t>(sizeof(int32_t)));
+  L.record_bytes = record_bytes(plan.shape.page_size);
+  L.records_off = place(L.class_items[0] * L.record_bytes);
   L.masks_off = place(L.masks * static_cast<int64_t>(sizeof(uint64_t)));
   L.merge_indptr_off = place((L.queries + 1) * static_cast<int64_t>(sizeof(int32_t)));
   L.merge_slots_off = place(L.slots * static_cast<int64_t>(sizeof(int32_t)));
@@ -132,7 +207,8 @@ bool plan_fits(const Plan& plan, const PlanLayout& layout) {
          n.queries <= layout.queries;
 }
 
-void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata) {
+void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata,
+               std::vector<int32_t>* record_copies) {
   TA_CHECK_ARG(host_metadata != nullptr, "host_metadata", "null");
   const PlanShape& s = plan.shape;
   TA_CHECK_ARG(s.num_qo_heads == layout.num_qo_heads && s.head_dim == layout.head_dim, "layout",
@@ -189,6 +265,7 @@ void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata) 
     if (!v.empty()) std::memcpy(base + off, v.data(), v.size() * sizeof(v[0]));
   };
   copy(layout.page_ids_off, plan.page_ids);
+  pack_records(plan, layout, base, record_copies);
   copy(layout.masks_off, plan.masks);
   copy(layout.merge_indptr_off, plan.merge_indptr);
   copy(layout.merge_slots_off, plan.merge_slots);

@@ -23,6 +23,7 @@
 #include "treeattn/plan/tile_policy.h"
 #include "treeattn/tree/block_tables.h"
 #include "treeattn/tree/levels.h"
+#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 namespace {
@@ -193,9 +194,9 @@ TEST(PlanLayout, RoundTrip) {
   Plan p = make_plan(t, opts_for("node"));
   p.masks = {0x3, 0x1};  // exercise the mask array even though no item uses it
   const PlanLayout L = plan_layout(p);
-  const int64_t offs[] = {L.items_off,     L.rows_off,         L.ranges_off,      L.page_ids_off,
-                          L.masks_off,     L.merge_indptr_off, L.merge_slots_off, L.metadata_bytes,
-                          L.partial_o_off, L.partial_lse_off,  L.total_bytes};
+  const int64_t offs[] = {L.items_off,      L.rows_off,      L.ranges_off,       L.page_ids_off,
+                          L.records_off,    L.masks_off,     L.merge_indptr_off, L.merge_slots_off,
+                          L.metadata_bytes, L.partial_o_off, L.partial_lse_off,  L.total_bytes};
   for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); ++i) {
     EXPECT_EQ(offs[i] % 256, 0) << i;
     if (i > 0) EXPECT_LE(offs[i - 1], offs[i]) << i;
@@ -267,6 +268,109 @@ TEST(PlanLayout, RoundTrip) {
       ++empty;
     }
   EXPECT_GT(empty, 0);
+}
+
+// The (page, slot) of token `pos` of an item from its ranges and page ids (the plan's, or a
+// record's own with its page_begin indexing `pages`).
+std::pair<int32_t, int32_t> token_page_slot(const DeviceRange* ranges, int n, const int32_t* pages,
+                                            int32_t pos, int32_t ps) {
+  for (int j = 0; j < n; ++j)
+    if (pos < ranges[j].token_begin + ranges[j].len) {
+      const int32_t in = ranges[j].page_offset + pos - ranges[j].token_begin;
+      return {pages[ranges[j].page_begin + in / ps], in % ps};
+    }
+  return {-1, -1};
+}
+
+// Every kM16 item's record holds the item, its rows, and ranges and page ids that find each of
+// its first inline_tokens tokens where the plan's own arrays do; it covers the deep kM16
+// prologue's 128 tokens (or the whole item) whenever the item's first ranges fit; each copied page
+// id is listed with the copy's position, which a rewrite of the page id rewrites.
+TEST(PlanLayout, RecordsMatchThePlan) {
+  int checked = 0, covered = 0;
+  for (int ps : {1, 2, 4, 16, 64}) {
+    RandomTreeOptions ro;
+    ro.page_size = ps;
+    ro.max_tokens_per_node = 200;
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      const PrefixTree t =
+          seed == 1
+              ? tree_from_levels(parse_levels("N=1,2,64 C=8,256,32 page=" + std::to_string(ps)))
+              : random_tree(seed * 7 + ps, ro);
+      for (const char* planner : {"query", "node", "flatten", "auto"}) {
+        Plan p = make_plan(t, opts_for(planner, 8, 8, 128));
+        const PlanLayout L = plan_layout(p, 1.5);
+        ASSERT_EQ(L.record_bytes, record_bytes(ps));
+        ASSERT_LE(L.page_ids_off + L.page_ids * 4, L.records_off);
+        ASSERT_LE(L.records_off + L.class_items[0] * L.record_bytes, L.masks_off);
+        std::vector<char> buf(L.metadata_bytes, 0x5a);
+        std::vector<int32_t> copies;
+        pack_plan(p, L, buf.data(), &copies);
+        const auto* words = reinterpret_cast<const int32_t*>(buf.data() + L.page_ids_off);
+        for (size_t c = 0; c < copies.size(); c += 2) {
+          ASSERT_GE(copies[c + 1], L.page_ids) << c;
+          EXPECT_EQ(words[copies[c + 1]], p.page_ids[copies[c]]) << c;
+        }
+        int64_t listed = 0;
+        const auto* plan_ranges = reinterpret_cast<const DeviceRange*>(buf.data() + L.ranges_off);
+        for (int64_t j = 0; j < L.class_items[0]; ++j) {
+          const char* rec = buf.data() + L.records_off + j * L.record_bytes;
+          DeviceRecordHead h;
+          std::memcpy(&h, rec, sizeof(h));
+          const int32_t i = p.class_begin[0] + static_cast<int32_t>(j);
+          if (i >= p.class_begin[1]) {  // a spare slot: an empty item
+            EXPECT_EQ(h.item.num_rows, 0);
+            continue;
+          }
+          const WorkItem& it = p.items[i];
+          EXPECT_EQ(h.item.row_begin, it.row_begin);
+          EXPECT_EQ(h.item.num_rows, it.num_rows);
+          EXPECT_EQ(h.item.range_begin, it.range_begin);
+          EXPECT_EQ(h.item.num_ranges, it.num_ranges);
+          EXPECT_EQ(h.item.mask_begin, it.mask_begin);
+          EXPECT_EQ(h.item.kv_tokens, it.kv_tokens);
+          for (int32_t r = 0; r < it.num_rows; ++r) {
+            int32_t qs[2];
+            std::memcpy(qs, rec + kRecordRowsOff + 8 * r, 8);
+            EXPECT_EQ(qs[0], p.rows[it.row_begin + r].query);
+            EXPECT_EQ(qs[1], p.rows[it.row_begin + r].slot);
+          }
+          ASSERT_LE(h.inline_ranges, std::min(it.num_ranges, kRecordRanges));
+          ASSERT_LE(h.inline_tokens, it.kv_tokens);
+          DeviceRange rr[kRecordRanges];
+          std::memcpy(rr, rec + kRecordRangesOff, sizeof(rr));
+          const auto* pages = reinterpret_cast<const int32_t*>(rec + kRecordPagesOff);
+          int used = 0;
+          for (int k = 0; k < h.inline_ranges; ++k) {
+            const KvRange& g = p.ranges[it.range_begin + k];
+            EXPECT_EQ(rr[k].page_offset, g.page_offset);
+            EXPECT_EQ(rr[k].len, g.len);
+            EXPECT_EQ(rr[k].token_begin, plan_ranges[it.range_begin + k].token_begin);
+            EXPECT_EQ(rr[k].page_begin, used);
+            used += std::min<int>((g.page_offset + g.len + ps - 1) / ps, record_pages(ps) - used);
+          }
+          listed += used;
+          for (int32_t pos = 0; pos < h.inline_tokens; ++pos) {
+            const auto a = token_page_slot(rr, h.inline_ranges, pages, pos, ps);
+            const auto b = token_page_slot(plan_ranges + it.range_begin, it.num_ranges,
+                                           p.page_ids.data(), pos, ps);
+            ASSERT_EQ(a, b) << planner << " page " << ps << " item " << i << " token " << pos;
+          }
+          if (it.num_ranges <= kRecordRanges) {
+            const int32_t want = std::min(it.kv_tokens, 128);
+            // a range's pages cut at the record's capacity still cover 128 tokens, as
+            // record_pages' static_assert promises
+            EXPECT_GE(h.inline_tokens, want) << planner << " page " << ps << " item " << i;
+          }
+          covered += h.inline_tokens > 0;
+          ++checked;
+        }
+        EXPECT_EQ(static_cast<int64_t>(copies.size()), 2 * listed);
+      }
+    }
+  }
+  EXPECT_GT(checked, 200);
+  EXPECT_EQ(covered, checked);
 }
 
 TEST(PlanLayout, HeadroomAndCapacityErrors) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "treeattn/kernels/decode.h"
 #include "treeattn/plan/layout.h"
@@ -63,7 +64,8 @@ class DevicePlan {
               const LayoutReserve* reserve = nullptr);
   /// Fills page ids of the uploaded plan from a device array, on `stream`: for i < n, entry
   /// pairs[2i] of the plan's page ids becomes table[pairs[2i + 1]] (an id outside [0, num_pages)
-  /// becomes 0, so that a bad table cannot send the kernels outside the cache). For an engine whose
+  /// becomes 0, so that a bad table cannot send the kernels outside the cache), and so do the
+  /// copies of that entry in the kM16 items' records (layout.h). For an engine whose
   /// block table lives on the device: the host plans with placeholder ids, and this writes the real
   /// ones without a device-to-host copy. `pairs` (2n int32, host) goes through a pinned buffer of
   /// this object (the call returns before the copy ends; it waits on the host for the previous
@@ -100,6 +102,11 @@ class DevicePlan {
   void* resolve_pairs_ = nullptr;
   void* resolve_done_ = nullptr;
   int64_t resolve_cap_ = 0;
+  // the kM16 records' copies of page ids in the uploaded plan (pack_plan's record_copies: pairs of
+  // page-id position and copy position), sorted by page-id position at the first resolve after an
+  // upload: resolve_pages rewrites a page id's copies with it
+  std::vector<int32_t> record_copies_;
+  bool record_copies_sorted_ = false;
   void release_resolve();
   int device_ = -1;
 };

@@ -3,7 +3,9 @@
 // from the workspace base.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "treeattn/plan/plan.h"
 
@@ -16,6 +18,37 @@ struct DeviceItem {
 struct DeviceRange {
   int32_t page_begin, page_offset, len, token_begin;  ///< token_begin: prefix sum within the item
 };
+
+/// The record of a kM16 item (tile class 0): everything its CTA needs before its first K/V tile,
+/// at a fixed stride from the item's slot, so that the CTA fetches it in one round with no load
+/// that waits on another. `head` (32 bytes), then at kRecordRowsOff the item's rows (query, slot)
+/// as int32 pairs, at kRecordRangesOff its first `head.inline_ranges` ranges (DeviceRange, with
+/// page_begin indexing the record's own page list), at kRecordPagesOff those ranges' page ids.
+/// Tokens [0, head.inline_tokens) of the item are found from the record alone; later ones from the
+/// plan's ranges and page ids.
+struct DeviceRecordHead {
+  DeviceItem item;
+  int32_t inline_tokens, inline_ranges;
+};
+inline constexpr int kRecordRows = 16;  ///< a kM16 item has at most 16 packed rows
+inline constexpr int kRecordRanges = 8;
+inline constexpr int kRecordRowsOff = 32;
+inline constexpr int kRecordRangesOff = kRecordRowsOff + 8 * kRecordRows;
+inline constexpr int kRecordPagesOff = kRecordRangesOff + 16 * kRecordRanges;
+inline constexpr int kRecordMaxBytes = 1024;
+/// Bytes of a record for a cache of `page_size` tokens a page: 512 (56 page ids) from 4 tokens a
+/// page, else 1024 (184), so that a record covers at least the deep kM16 prologue's 128 tokens.
+constexpr int record_bytes(int page_size) { return page_size >= 4 ? 512 : kRecordMaxBytes; }
+constexpr int record_pages(int page_size) {
+  return (record_bytes(page_size) - kRecordPagesOff) / 4;
+}
+inline constexpr int kRecordInlineTokensOff = 24, kRecordInlineRangesOff = 28;
+static_assert(sizeof(DeviceRecordHead) == kRecordRowsOff &&
+                  offsetof(DeviceRecordHead, inline_tokens) == kRecordInlineTokensOff &&
+                  offsetof(DeviceRecordHead, inline_ranges) == kRecordInlineRangesOff,
+              "record head");
+static_assert(record_pages(1) >= 128 + kRecordRanges && record_pages(4) * 4 >= 128 + 4 * 8,
+              "a record covers the deep kM16 prologue");
 struct PlanLayout {
   PlanShape shape;  ///< heads, head_dim, page_size, dtype size the workspace was laid out for
   // capacities the layout was sized for (>= the plan's counts; graphs reuse a layout). The
@@ -43,8 +76,12 @@ struct PlanLayout {
   int64_t items = 0, rows = 0, ranges = 0, page_ids = 0, masks = 0, slots = 0, queries = 0;
   int32_t num_qo_heads = 0, head_dim = 0;
   // byte offsets into the workspace
-  int64_t items_off = 0, rows_off = 0, ranges_off = 0, page_ids_off = 0, masks_off = 0,
-          merge_indptr_off = 0, merge_slots_off = 0, partial_o_off = 0, partial_lse_off = 0;
+  int64_t items_off = 0, rows_off = 0, ranges_off = 0, page_ids_off = 0, records_off = 0,
+          masks_off = 0, merge_indptr_off = 0, merge_slots_off = 0, partial_o_off = 0,
+          partial_lse_off = 0;
+  /// bytes of each kM16 item's record (record_bytes(page_size)); class 0's slots have one each,
+  /// item slot j of the class at records_off + j * record_bytes
+  int32_t record_bytes = 0;
   int64_t metadata_bytes = 0;  ///< [0, metadata_bytes) is plan metadata, copied host -> device
   int64_t total_bytes = 0;     ///< whole workspace (metadata + fp32 partials)
 };
@@ -71,6 +108,10 @@ bool plan_fits(const Plan& plan, const PlanLayout& layout);
 
 /// Writes the plan's metadata into host memory laid out as `layout` ([0, layout.metadata_bytes)).
 /// Throws std::invalid_argument naming "layout" if the plan exceeds its capacities.
-void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata);
+/// `record_copies` (optional) receives, for every page id the kM16 records copy, the pair
+/// (position in the plan's page ids, the copy's position counted in int32 words from the page ids'
+/// start): a later rewrite of a page id (DevicePlan::resolve_pages) rewrites its copies too.
+void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata,
+               std::vector<int32_t>* record_copies = nullptr);
 
 }  // namespace treeattn

@@ -42,8 +42,8 @@ __device__ __forceinline__ void copy_q_tile(const KernelParams& p, const DeviceI
                                             int kv_head, uint32_t s_base, int ctid) {
   constexpr int RPP = C::CONSUMER_THREADS / C::CPT;  // rows per copy pass
   static_assert(C::ROWS % RPP == 0, "Q copy passes");
-  copy_q_rows<typename C::T, C::ROWS, RPP>(p, item, kv_head, s_base + C::Q_OFF, ctid % C::CPT,
-                                           ctid / C::CPT,
+  copy_q_rows<typename C::T, C::ROWS, RPP>(p, item, p.rows + 2 * item.row_begin, kv_head,
+                                           s_base + C::Q_OFF, ctid % C::CPT, ctid / C::CPT,
                                            [](int r, int cc) { return block_swz<C::ROWS>(r, cc); });
   cp_async_wait_all();
   named_bar_sync(C::kConsumersBar, C::CONSUMER_THREADS);

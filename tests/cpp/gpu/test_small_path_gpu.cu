@@ -1,6 +1,7 @@
 // GPU tests of the small-tree path: the per-CTA timeline (DecodeArgs::timeline: every CTA of the
 // plan stamps its phases in order, padding CTAs and queries without a merge list stop after their
-// first words, and the stamps change no output bit).
+// first words, and the stamps change no output bit), and the kM16 records' page-id copies
+// rewritten by DevicePlan::resolve_pages.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -107,6 +108,44 @@ TEST(SmallPathGpu, TimelineStampsEveryCtaInOrder) {
     if (plan.num_slots == 0)  // no merge launch: its records stay untouched
       for (int64_t q = 0; q < L.queries; ++q)
         EXPECT_EQ(w[(base + q) * kTimelineWords + kTlTag], 0u);
+  }
+}
+
+// DevicePlan::resolve_pages rewrites the kM16 records' copies of a page id with the id: every page
+// id of a query plan (kM16 items only, whose records copy their first pages) is uploaded as a wrong
+// but valid id and resolved to the real one from a device table. The resolved run matches the
+// oracle over the real pages; a copy left as uploaded would read a wrong page for the item's first
+// tokens and miss it. The unresolved run must differ, so the wrong ids are read.
+TEST(SmallPathGpu, ResolvePagesRewritesTheRecordCopies) {
+  TA_REQUIRE_GPU();
+  for (const char* spec : {"N=1,2,64 C=8,256,32 heads=16/1 dim=128 page=16",
+                           "N=1,4,8 C=40,30,20 heads=8/2 dim=64 page=1"}) {
+    const LevelsCase lc = levels_case(spec, "query", false, 5);
+    const Case& c = lc.c;
+    SCOPED_TRACE(c.describe());
+    const Plan plan = make_case_plan(lc.tree, c);
+    ASSERT_GT(plan.class_begin[1] - plan.class_begin[0], 0) << "kM16 items";
+    CaseInputs in;
+    fill_inputs(lc.tree, c, 7, &in);
+    ASSERT_FALSE(HasFatalFailure());
+    Plan wrong = plan;
+    for (int32_t& id : wrong.page_ids) id = (id + 1) % lc.tree.num_pages;
+    const int64_t n = static_cast<int64_t>(plan.page_ids.size());
+    DevBuf table(n * sizeof(int32_t));
+    TA_CUDA_OK(cudaMemcpy(table.ptr, plan.page_ids.data(), table.bytes, cudaMemcpyHostToDevice));
+    std::vector<int32_t> pairs(2 * n);
+    for (int64_t i = 0; i < n; ++i) pairs[2 * i] = pairs[2 * i + 1] = static_cast<int32_t>(i);
+    DevicePlan dp;
+    std::vector<uint16_t> out_wrong, out;
+    std::vector<float> lse_wrong, lse;
+    dp.upload(wrong, nullptr);
+    run_and_fetch(dp, in, nullptr, nullptr, &out_wrong, &lse_wrong);
+    dp.upload(wrong, nullptr);
+    dp.resolve_pages(pairs.data(), n, table.as<int32_t>(), lc.tree.num_pages, nullptr);
+    run_and_fetch(dp, in, nullptr, nullptr, &out, &lse);
+    ASSERT_FALSE(HasFatalFailure());
+    EXPECT_NE(out, out_wrong);
+    expect_matches_oracle(lc.tree, c, in, out, lse);
   }
 }
 
