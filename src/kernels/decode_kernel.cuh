@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
     // prologue: Q with the first tile in group 0, then the next STAGES-2 tiles
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; ++s) {
-      if (s < num_tiles) loader.load(first_tile + s, s);
+      if (s < num_tiles) loader.template load<true>(first_tile + s, s);
       cp_async_commit();
     }
 
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
         // the stage this overwrites was converted (fp8; under KREG its K read by the MMAs) or read
         // (dtype) before the barrier above
         const int next = tile + C::STAGES - 1;
-        if (next < num_tiles) loader.load(first_tile + next, next % C::STAGES);
+        if (next < num_tiles) loader.template load<false>(first_tile + next, next % C::STAGES);
         cp_async_commit();
       }
       if constexpr (C::KV8) {

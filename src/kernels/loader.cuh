@@ -4,8 +4,9 @@
 // picks the row, lane % LCPT its 16-byte column: 8 dtype or 16 fp8 elements). A row's address
 // chain (range seek, page id, mask word) runs once, in one lane of the warp, and reaches the row's
 // other lanes by a shuffle: lane i < WROWS computes the warp's i-th row of the tile. In the kM16
-// configs a token the item's record covers (its first inline_tokens) finds its range and page id
-// in the record, in shared memory; a later one in the plan's arrays, from the record's last range.
+// configs a token of the prologue's tiles that the item's record covers (its first inline_tokens)
+// finds its range and page id in the record, in shared memory; every other token in the plan's
+// arrays.
 // Offsets are in elements from pointers at this thread's KV head and 16-byte column. A row past the
 // item re-reads the item's last token: its scores are hidden (the tail test, or a zero mask word),
 // so its P is 0, and every copy is a full 16 bytes with no per-row predicate. Masked items also
@@ -63,14 +64,7 @@ struct PagedKvLoader {
     gk = static_cast<const KvT*>(p.k) + head_off;
     gv = static_cast<const KvT*>(p.v) + head_off;
     lane_row = (lane / RPW) * LRPP + warp * RPW + lane % RPW;
-    if constexpr (C::RECORD) {
-      // the plan's ranges from the record's last one (the first a later token can be in)
-      const int inline_ranges = ld_shared_s32(s_base + C::ROWINFO_OFF + kRecordInlineRangesOff);
-      cursor.init(p.ranges + item.range_begin, p.page_ids, item.num_ranges,
-                  max(inline_ranges - 1, 0));
-    } else {
-      cursor.init(p.ranges + item.range_begin, p.page_ids, item.num_ranges);
-    }
+    cursor.init(p.ranges + item.range_begin, p.page_ids, item.num_ranges);
   }
 
   /// Element offset of the page slot of token `pos` < the record's inline_tokens, from the
@@ -88,7 +82,12 @@ struct PagedKvLoader {
     return page * p.page_stride + slot * p.slot_stride;
   }
 
-  /// Issues the cp.async copies of KV tile `tile` into stage `stage` (no commit).
+  /// Issues the cp.async copies of KV tile `tile` into stage `stage` (no commit). kPrologue: a
+  /// tile of the CTA's prologue, whose tokens the record covers are found there (C::RECORD); the
+  /// mainloop's tiles, issued a tile ahead of their use, read the plan's arrays, whose cursor keeps
+  /// its range in registers and finds its page ids in L1 (fewer dependent steps a tile than the
+  /// record's shared-memory walk).
+  template <bool kPrologue>
   __device__ __forceinline__ void load(int tile, int stage) {
     const uint32_t sK =
         s_base + (C::KV8 ? C::KV8_OFF + stage * C::STAGE8_BYTES : stage * C::STAGE_BYTES);
@@ -99,7 +98,8 @@ struct PagedKvLoader {
       const int raw = tile * BN + lane_row;
       const int pos = min(raw, item.kv_tokens - 1);
       int range_idx;
-      if (C::RECORD && pos < ld_shared_s32(s_base + C::ROWINFO_OFF + kRecordInlineTokensOff)) {
+      if (C::RECORD && kPrologue &&
+          pos < ld_shared_s32(s_base + C::ROWINFO_OFF + kRecordInlineTokensOff)) {
         row_off = record_slot_offset(pos);
         range_idx = rec_idx;
       } else {
