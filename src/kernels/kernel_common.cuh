@@ -318,8 +318,9 @@ __device__ __forceinline__ float merge_row_factors(const float (&m)[NT], const f
 /// 1, ..., then the peer's; deterministic; merge_row_factors), normalized, and written as the
 /// final output (dtype + natural-log LSE) or the row's partial slot. The merged O is multiplied by
 /// `o_scale` (an fp8 cache's V scale; 1 otherwise). Item row r's query and slot are sRows[r] when
-/// the caller staged them in shared memory (stage_item_rows), else they are read from the plan's
-/// rows. The NTHREADS threads (`tid`) split the (row, 8-element chunk) pairs, in one of two ways:
+/// the caller staged them in shared memory (stage_item_rows, or a kM16 item's record), else they
+/// are read from the plan's rows. The NTHREADS threads (`tid`) split the (row, 8-element chunk)
+/// pairs, in one of two ways:
 ///  * up to two pairs a thread (the kM16 configs): one pass, each pair computing its row's
 ///    factors itself;
 ///  * more (kM64, kM128, the warp-specialized kernel: 8 or 16 a thread): two passes, so that the
