@@ -170,8 +170,8 @@ void DevicePlan::upload(const Plan& plan, cudaStream_t stream, double headroom,
   }
   // The previous upload's copy must have read the staging buffer before it is rewritten.
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(copy_done_)), "waiting for the last upload");
-  pack_plan(plan, layout_, staging_, &record_copies_);
-  record_copies_sorted_ = false;
+  pack_plan(plan, layout_, staging_);
+  record_copies_known_ = false;
   // run() picks the kM16 config and the grouped kernels for the plan it runs (a captured graph
   // keeps its own)
   set_planned_counts(plan, &layout_);
@@ -198,34 +198,29 @@ void DevicePlan::resolve_pages(const int32_t* pairs, int64_t n, const int32_t* t
   DeviceScope scope(device_);
   check_not_capturing(stream, "resolve_pages", "");
   // the pairs, then one pair per record copy of each pair's page id (its position counted from
-  // the page ids too, so that the kernel writes both alike)
-  if (!record_copies_sorted_) {
-    std::vector<std::pair<int32_t, int32_t>> c(record_copies_.size() / 2);
-    for (size_t i = 0; i < c.size(); ++i) c[i] = {record_copies_[2 * i], record_copies_[2 * i + 1]};
-    std::sort(c.begin(), c.end());
-    for (size_t i = 0; i < c.size(); ++i) {
-      record_copies_[2 * i] = c[i].first;
-      record_copies_[2 * i + 1] = c[i].second;
-    }
-    record_copies_sorted_ = true;
+  // the page ids too, so that the kernel writes both alike); the copies are read once per upload
+  // from the staged metadata, which the next upload alone rewrites
+  if (!record_copies_known_) {
+    const std::vector<int32_t> flat = record_page_copies(layout_, staging_);
+    record_copies_.resize(flat.size() / 2);
+    for (size_t i = 0; i < record_copies_.size(); ++i)
+      record_copies_[i] = {flat[2 * i], flat[2 * i + 1]};
+    std::sort(record_copies_.begin(), record_copies_.end());
+    record_copies_known_ = true;
   }
-  const int64_t num_copies = static_cast<int64_t>(record_copies_.size() / 2);
-  const auto copies_of = [this, num_copies](int32_t pos) {
-    int64_t lo = 0, hi = num_copies;  // first copy of a position >= pos
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (record_copies_[2 * mid] < pos)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    return lo;
+  const auto by_position = [](const std::pair<int32_t, int32_t>& c, int32_t pos) {
+    return c.first < pos;
   };
-  int64_t total = n;
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = copies_of(pairs[2 * i]);
-         c < num_copies && record_copies_[2 * c] == pairs[2 * i]; ++c)
-      ++total;
+  std::vector<int32_t> all(pairs, pairs + 2 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    for (auto c = std::lower_bound(record_copies_.begin(), record_copies_.end(), pairs[2 * i],
+                                   by_position);
+         c != record_copies_.end() && c->first == pairs[2 * i]; ++c) {
+      all.push_back(c->second);
+      all.push_back(pairs[2 * i + 1]);
+    }
+  }
+  const int64_t total = static_cast<int64_t>(all.size() / 2);
   TA_CHECK_ARG(total <= INT32_MAX, "pairs", n, " pairs and their ", total - n,
                " record copies exceed 2^31-1");
   if (total > resolve_cap_) {
@@ -238,15 +233,7 @@ void DevicePlan::resolve_pages(const int32_t* pairs, int64_t n, const int32_t* t
   // the previous call's copy and kernel must have read the pair buffers before they are rewritten
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(resolve_done_)),
         "waiting for the last resolve copy");
-  auto* staged = static_cast<int32_t*>(resolve_staging_);
-  std::copy(pairs, pairs + 2 * n, staged);
-  int64_t k = n;
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = copies_of(pairs[2 * i]);
-         c < num_copies && record_copies_[2 * c] == pairs[2 * i]; ++c, ++k) {
-      staged[2 * k] = record_copies_[2 * c + 1];
-      staged[2 * k + 1] = pairs[2 * i + 1];
-    }
+  std::copy(all.begin(), all.end(), static_cast<int32_t*>(resolve_staging_));
   const size_t bytes = static_cast<size_t>(total) * 2 * sizeof(int32_t);
   check(cudaMemcpyAsync(resolve_pairs_, resolve_staging_, bytes, cudaMemcpyHostToDevice, stream),
         "resolve pairs upload (cudaMemcpyAsync)");

@@ -103,22 +103,30 @@ __device__ __forceinline__ uint32_t block_swz(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * (NR * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
+/// Element offset (page * page_stride + slot * slot_stride) of token `pos` of range `r` (pos within
+/// it), its page ids read by page_id(i) (i: r.page_begin + the page within the range): the plan's
+/// page ids (RangeCursor) or a kM16 record's in shared memory (the loader's prologue).
+template <class PageId>
+__device__ __forceinline__ long long range_slot_offset(const KernelParams& p, int page_begin,
+                                                       int page_offset, int token_begin, int pos,
+                                                       PageId page_id) {
+  const int in_range = page_offset + (pos - token_begin);
+  const int page_local = p.page_shift >= 0 ? in_range >> p.page_shift : in_range / p.page_size;
+  const int slot = in_range - page_local * p.page_size;
+  const int page = page_id(page_begin + page_local);
+  return page * p.page_stride + slot * p.slot_stride;
+}
+
 /// Forward-only cursor over an item's ranges: token position -> element offset of its page slot.
-/// The ranges and the page ids they index are the plan's (in global memory), or a kM16 record's
-/// own (DeviceRecordHead, in shared memory); `idx` counts from the item's first range either way.
 struct RangeCursor {
   const DeviceRange* ranges;
-  const int32_t* pages;
   int idx, num;
   DeviceRange cur;
-  /// Starts at range `first` (< n; the ranges before it hold no token the caller will seek).
-  __device__ __forceinline__ void init(const DeviceRange* r, const int32_t* page_ids, int n,
-                                       int first = 0) {
+  __device__ __forceinline__ void init(const DeviceRange* r, int n) {
     ranges = r;
-    pages = page_ids;
     num = n;
-    idx = first;
-    if (n > 0) cur = r[first];
+    idx = 0;
+    if (n > 0) cur = r[0];
   }
   /// Requires pos to be non-decreasing between calls and < the item's kv_tokens.
   __device__ __forceinline__ void seek(int pos) {
@@ -126,11 +134,8 @@ struct RangeCursor {
   }
   /// Element offset (page * page_stride + slot * slot_stride) of token `pos` (seek first).
   __device__ __forceinline__ long long slot_offset(const KernelParams& p, int pos) const {
-    const int in_range = cur.page_offset + (pos - cur.token_begin);
-    const int page_local = p.page_shift >= 0 ? in_range >> p.page_shift : in_range / p.page_size;
-    const int slot = in_range - page_local * p.page_size;
-    const int page = pages[cur.page_begin + page_local];
-    return page * p.page_stride + slot * p.slot_stride;
+    return range_slot_offset(p, cur.page_begin, cur.page_offset, cur.token_begin, pos,
+                             [&p](int i) { return p.page_ids[i]; });
   }
 };
 

@@ -17,6 +17,7 @@
 // Included only by decode_kernel.cuh; everything is inlined into the kernel.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "decode_params.h"
@@ -64,22 +65,20 @@ struct PagedKvLoader {
     gk = static_cast<const KvT*>(p.k) + head_off;
     gv = static_cast<const KvT*>(p.v) + head_off;
     lane_row = (lane / RPW) * LRPP + warp * RPW + lane % RPW;
-    cursor.init(p.ranges + item.range_begin, p.page_ids, item.num_ranges);
+    cursor.init(p.ranges + item.range_begin, item.num_ranges);
   }
 
   /// Element offset of the page slot of token `pos` < the record's inline_tokens, from the
   /// record's ranges and page ids (shared memory; only rec_idx stays in registers). Requires pos
   /// to be non-decreasing between calls.
   __device__ __forceinline__ long long record_slot_offset(int pos) {
-    const uint32_t ranges = s_base + C::ROWINFO_OFF + kRecordRangesOff;
-    uint4 r = ld_shared_u4(ranges + 16 * rec_idx);  // page_begin, page_offset, len, token_begin
-    while (pos >= static_cast<int>(r.w + r.z)) r = ld_shared_u4(ranges + 16 * ++rec_idx);
-    const int in_range = static_cast<int>(r.y) + (pos - static_cast<int>(r.w));
-    const int page_local = p.page_shift >= 0 ? in_range >> p.page_shift : in_range / p.page_size;
-    const int slot = in_range - page_local * p.page_size;
-    const int page = ld_shared_s32(s_base + C::ROWINFO_OFF + kRecordPagesOff +
-                                   4 * (static_cast<int>(r.x) + page_local));
-    return page * p.page_stride + slot * p.slot_stride;
+    const uint32_t rec = s_base + C::ROWINFO_OFF;
+    uint4 r = ld_shared_u4(rec + kRecordRangesOff + 16 * rec_idx);  // DeviceRange's four fields
+    while (pos >= static_cast<int>(r.w + r.z))
+      r = ld_shared_u4(rec + kRecordRangesOff + 16 * ++rec_idx);
+    return range_slot_offset(p, static_cast<int>(r.x), static_cast<int>(r.y), static_cast<int>(r.w),
+                             pos,
+                             [rec](int i) { return ld_shared_s32(rec + kRecordPagesOff + 4 * i); });
   }
 
   /// Issues the cp.async copies of KV tile `tile` into stage `stage` (no commit). kPrologue: a
@@ -99,7 +98,8 @@ struct PagedKvLoader {
       const int pos = min(raw, item.kv_tokens - 1);
       int range_idx;
       if (C::RECORD && kPrologue &&
-          pos < ld_shared_s32(s_base + C::ROWINFO_OFF + kRecordInlineTokensOff)) {
+          pos <
+              ld_shared_s32(s_base + C::ROWINFO_OFF + offsetof(DeviceRecordHead, inline_tokens))) {
         row_off = record_slot_offset(pos);
         range_idx = rec_idx;
       } else {

@@ -43,16 +43,18 @@ int64_t scaled(int64_t n, double headroom) {
   return static_cast<int64_t>(c);
 }
 
+// Page ids a record copies of a range (page_offset, len) when `used` of its record_pages(ps) are
+// taken: all the range's pages, or as many as are left.
+int32_t record_range_pages(int32_t page_offset, int32_t len, int32_t used, int32_t ps) {
+  return std::min((page_offset + len + ps - 1) / ps, record_pages(ps) - used);
+}
+
 // The kM16 items' records (DeviceRecordHead in layout.h): the item, its rows, and its first ranges
 // with their page ids while the record has room; a range that does not fit whole is cut at a page.
-void pack_records(const Plan& plan, const PlanLayout& layout, char* base,
-                  std::vector<int32_t>* copies) {
-  if (copies != nullptr) copies->clear();
+void pack_records(const Plan& plan, const PlanLayout& layout, char* base) {
   const int32_t ps = plan.shape.page_size;
   TA_CHECK_ARG(layout.record_bytes == record_bytes(ps), "layout", "records of ",
                layout.record_bytes, " bytes, the page size ", ps, " wants ", record_bytes(ps));
-  const int cap_pages = record_pages(ps);
-  const int64_t words_from_pages = (layout.records_off - layout.page_ids_off) / 4;
   TA_CHECK_ARG((layout.metadata_bytes - layout.page_ids_off) / 4 <= INT32_MAX, "layout",
                "records beyond 2^31 words of the page ids");
   for (int32_t i = plan.class_begin[0]; i < plan.class_begin[1]; ++i) {
@@ -81,8 +83,7 @@ void pack_records(const Plan& plan, const PlanLayout& layout, char* base,
     int32_t tok = 0, used = 0;
     for (int32_t j = 0; j < std::min(it.num_ranges, kRecordRanges); ++j) {
       const KvRange& g = plan.ranges[it.range_begin + j];
-      const int32_t need = (g.page_offset + g.len + ps - 1) / ps;
-      const int32_t take = std::min(need, cap_pages - used);
+      const int32_t take = record_range_pages(g.page_offset, g.len, used, ps);
       const int32_t covered =
           std::min<int64_t>(g.len, static_cast<int64_t>(take) * ps - g.page_offset);
       if (covered <= 0) break;
@@ -92,15 +93,7 @@ void pack_records(const Plan& plan, const PlanLayout& layout, char* base,
                    "'s pages lie outside the plan's page ids");
       const DeviceRange d{used, g.page_offset, g.len, tok};
       std::memcpy(rec + kRecordRangesOff + j * sizeof(DeviceRange), &d, sizeof(d));
-      for (int32_t k = 0; k < take; ++k) {
-        pages[used + k] = plan.page_ids[g.page_begin + k];
-        if (copies != nullptr) {
-          copies->push_back(g.page_begin + k);
-          copies->push_back(static_cast<int32_t>(words_from_pages +
-                                                 (rec_off - layout.records_off) / 4 +
-                                                 kRecordPagesOff / 4 + used + k));
-        }
-      }
+      for (int32_t k = 0; k < take; ++k) pages[used + k] = plan.page_ids[g.page_begin + k];
       used += take;
       head.inline_ranges = j + 1;
       head.inline_tokens = tok + covered;
@@ -207,8 +200,7 @@ bool plan_fits(const Plan& plan, const PlanLayout& layout) {
          n.queries <= layout.queries;
 }
 
-void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata,
-               std::vector<int32_t>* record_copies) {
+void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata) {
   TA_CHECK_ARG(host_metadata != nullptr, "host_metadata", "null");
   const PlanShape& s = plan.shape;
   TA_CHECK_ARG(s.num_qo_heads == layout.num_qo_heads && s.head_dim == layout.head_dim, "layout",
@@ -265,10 +257,35 @@ void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata,
     if (!v.empty()) std::memcpy(base + off, v.data(), v.size() * sizeof(v[0]));
   };
   copy(layout.page_ids_off, plan.page_ids);
-  pack_records(plan, layout, base, record_copies);
+  pack_records(plan, layout, base);
   copy(layout.masks_off, plan.masks);
   copy(layout.merge_indptr_off, plan.merge_indptr);
   copy(layout.merge_slots_off, plan.merge_slots);
+}
+
+std::vector<int32_t> record_page_copies(const PlanLayout& layout, const void* host_metadata) {
+  TA_CHECK_ARG(host_metadata != nullptr, "host_metadata", "null");
+  const char* base = static_cast<const char*>(host_metadata);
+  const int32_t ps = layout.shape.page_size;
+  const int64_t words_from_pages = (layout.records_off - layout.page_ids_off) / 4;
+  std::vector<int32_t> copies;
+  for (int64_t j = 0; j < layout.class_items[0]; ++j) {
+    const char* rec = base + layout.records_off + j * layout.record_bytes;
+    DeviceRecordHead head;
+    std::memcpy(&head, rec, sizeof(head));
+    const int64_t first_word = words_from_pages + j * layout.record_bytes / 4 + kRecordPagesOff / 4;
+    for (int32_t k = 0; k < head.inline_ranges; ++k) {
+      DeviceRange r, g;  // the record's copy of the range, and the plan's
+      std::memcpy(&r, rec + kRecordRangesOff + k * sizeof(DeviceRange), sizeof(r));
+      std::memcpy(&g, base + layout.ranges_off + (head.item.range_begin + k) * sizeof(DeviceRange),
+                  sizeof(g));
+      for (int32_t i = 0; i < record_range_pages(r.page_offset, r.len, r.page_begin, ps); ++i) {
+        copies.push_back(g.page_begin + i);
+        copies.push_back(static_cast<int32_t>(first_word + r.page_begin + i));
+      }
+    }
+  }
+  return copies;
 }
 
 }  // namespace treeattn

@@ -304,8 +304,8 @@ TEST(PlanLayout, RecordsMatchThePlan) {
         ASSERT_LE(L.page_ids_off + L.page_ids * 4, L.records_off);
         ASSERT_LE(L.records_off + L.class_items[0] * L.record_bytes, L.masks_off);
         std::vector<char> buf(L.metadata_bytes, 0x5a);
-        std::vector<int32_t> copies;
-        pack_plan(p, L, buf.data(), &copies);
+        pack_plan(p, L, buf.data());
+        const std::vector<int32_t> copies = record_page_copies(L, buf.data());
         const auto* words = reinterpret_cast<const int32_t*>(buf.data() + L.page_ids_off);
         for (size_t c = 0; c < copies.size(); c += 2) {
           ASSERT_GE(copies[c + 1], L.page_ids) << c;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "treeattn/kernels/decode.h"
@@ -102,11 +103,11 @@ class DevicePlan {
   void* resolve_pairs_ = nullptr;
   void* resolve_done_ = nullptr;
   int64_t resolve_cap_ = 0;
-  // the kM16 records' copies of page ids in the uploaded plan (pack_plan's record_copies: pairs of
-  // page-id position and copy position), sorted by page-id position at the first resolve after an
+  // the kM16 records' copies of page ids in the uploaded plan (record_page_copies: page-id
+  // position, copy position), sorted by page-id position, read at the first resolve after an
   // upload: resolve_pages rewrites a page id's copies with it
-  std::vector<int32_t> record_copies_;
-  bool record_copies_sorted_ = false;
+  std::vector<std::pair<int32_t, int32_t>> record_copies_;
+  bool record_copies_known_ = false;
   void release_resolve();
   int device_ = -1;
 };

@@ -3,7 +3,6 @@
 // from the workspace base.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -42,11 +41,7 @@ constexpr int record_bytes(int page_size) { return page_size >= 4 ? 512 : kRecor
 constexpr int record_pages(int page_size) {
   return (record_bytes(page_size) - kRecordPagesOff) / 4;
 }
-inline constexpr int kRecordInlineTokensOff = 24, kRecordInlineRangesOff = 28;
-static_assert(sizeof(DeviceRecordHead) == kRecordRowsOff &&
-                  offsetof(DeviceRecordHead, inline_tokens) == kRecordInlineTokensOff &&
-                  offsetof(DeviceRecordHead, inline_ranges) == kRecordInlineRangesOff,
-              "record head");
+static_assert(sizeof(DeviceRecordHead) == kRecordRowsOff, "record head");
 static_assert(record_pages(1) >= 128 + kRecordRanges && record_pages(4) * 4 >= 128 + 4 * 8,
               "a record covers the deep kM16 prologue");
 struct PlanLayout {
@@ -108,10 +103,11 @@ bool plan_fits(const Plan& plan, const PlanLayout& layout);
 
 /// Writes the plan's metadata into host memory laid out as `layout` ([0, layout.metadata_bytes)).
 /// Throws std::invalid_argument naming "layout" if the plan exceeds its capacities.
-/// `record_copies` (optional) receives, for every page id the kM16 records copy, the pair
-/// (position in the plan's page ids, the copy's position counted in int32 words from the page ids'
-/// start): a later rewrite of a page id (DevicePlan::resolve_pages) rewrites its copies too.
-void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata,
-               std::vector<int32_t>* record_copies = nullptr);
+void pack_plan(const Plan& plan, const PlanLayout& layout, void* host_metadata);
+/// The page ids that the kM16 records of metadata packed by pack_plan copy: flat pairs (position
+/// in the plan's page ids, the copy's position counted in int32 words from the page ids' start),
+/// record by record. A later rewrite of a page id (DevicePlan::resolve_pages) rewrites its copies
+/// too.
+std::vector<int32_t> record_page_copies(const PlanLayout& layout, const void* host_metadata);
 
 }  // namespace treeattn

@@ -49,7 +49,7 @@ __device__ __forceinline__ void produce(const KernelParams& p, const DeviceItem&
   const uint32_t chunk_off2 = C::KV8 ? block_swz<BN>(prow, 2 * c + 1 - hi_first) : 0;
   const uint32_t s_mask = s_base + C::MASK_OFF + lane_row * 8;
   RangeCursor cursor;
-  cursor.init(p.ranges + item.range_begin, p.page_ids, item.num_ranges);
+  cursor.init(p.ranges + item.range_begin, item.num_ranges);
   // The byte address of lane_row's token in tile t (this lane's row when lane < WROWS), and the
   // index of its mask word (-1: none, or the row is past the item: the word is zero-filled).
   struct RowAddr {
