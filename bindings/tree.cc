@@ -447,6 +447,8 @@ void register_tree(nb::module_& m) {
   def_field(device_info, "m128_ctas_per_sm", &DeviceInfo::m128_ctas_per_sm);
   def_field(device_info, "mask_penalty", &DeviceInfo::mask_penalty);
   def_field(device_info, "mask_penalty_m16", &DeviceInfo::mask_penalty_m16);
+  def_field(device_info, "path_mask_penalty", &DeviceInfo::path_mask_penalty);
+  def_field(device_info, "path_mask_penalty_m16", &DeviceInfo::path_mask_penalty_m16);
   def_field(device_info, "cta_bw_factor", &DeviceInfo::cta_bw_factor);
   def_field(device_info, "warpgroup_mma", &DeviceInfo::warpgroup_mma);
   def_field(device_info, "latency_terms", &DeviceInfo::latency_terms);

@@ -185,12 +185,12 @@ ok "workloads --json over an existing file" "$CLI" workloads --set pat --json "$
 grep -q '"key": "pat:0"' "$TMP/in.out.json" || { echo "FAIL: workloads --json overwrite"; failures=$((failures + 1)); }
 # chosen: the planner whose plan each row is (auto's pick; the others their own name)
 ok "plan chosen" "$CLI" plan --workload fasttree:10 --planner all --json "$TMP/chosen.json"
-grep -q '^auto  *flatten ' "$TMP/out" || { echo "FAIL: plan table lacks auto's pick"; cat "$TMP/out"; failures=$((failures + 1)); }
+grep -q '^auto  *paths ' "$TMP/out" || { echo "FAIL: plan table lacks auto's pick"; cat "$TMP/out"; failures=$((failures + 1)); }
 grep -q '^query  *query ' "$TMP/out" || { echo "FAIL: plan table chosen column"; failures=$((failures + 1)); }
-grep -q '"planner": "auto", "chosen": "flatten"' "$TMP/chosen.json" &&
+grep -q '"planner": "auto", "chosen": "paths"' "$TMP/chosen.json" &&
   grep -q '"planner": "pat", "chosen": "pat"' "$TMP/chosen.json" ||
   { echo "FAIL: plan --json chosen"; cat "$TMP/chosen.json"; failures=$((failures + 1)); }
-ok "plan auto own" "$CLI" plan --workload fasttree:5 --planner auto
+ok "plan auto own" "$CLI" plan --workload fasttree:17 --planner auto
 grep -q '^auto  *auto ' "$TMP/out" || { echo "FAIL: auto's own plan not 'auto'"; failures=$((failures + 1)); }
 # the device is the cost-model preset, and est us is explained
 grep -q 'cost-model preset h200' "$TMP/out" && grep -q "^est us: the cost model's estimated" "$TMP/out" ||

@@ -42,6 +42,8 @@ TEST(PlannersMaskCost, CostOnlyBuilderSeesMasks) {
       o.device = device_preset("h100");
       o.device.mask_penalty = 0.75;  // penalties in force whatever the preset's fit
       o.device.mask_penalty_m16 = 0.5;
+      o.device.path_mask_penalty = 0.6;
+      o.device.path_mask_penalty_m16 = 0.4;
       for (const planners::PlannerEntry& e : planners::planner_table()) {
         if (e.fn == nullptr) continue;  // auto: scored through the others' cost-only builders
         o.planner = e.name;
@@ -53,12 +55,13 @@ TEST(PlannersMaskCost, CostOnlyBuilderSeesMasks) {
         EXPECT_NEAR(cost_only_us(e, tree, index, o), full, 1e-9 * full)
             << e.name << " qo/kv " << qo << "/" << kv << " masked " << masked;
         DeviceInfo d = o.device;
-        d.mask_penalty = d.mask_penalty_m16 = 0;
+        d.mask_penalty = d.mask_penalty_m16 = d.path_mask_penalty = d.path_mask_penalty_m16 = 0;
         EXPECT_LE(estimate_plan_us(d, plan), full) << e.name;
         if (!masked) EXPECT_DOUBLE_EQ(estimate_plan_us(d, plan), full) << e.name;
         if (masked) {  // the penalty is charged: a masked CTA x21 outlasts the unpenalised plan
           DeviceInfo big = d;
-          big.mask_penalty = big.mask_penalty_m16 = 20;
+          big.mask_penalty = big.mask_penalty_m16 = big.path_mask_penalty =
+              big.path_mask_penalty_m16 = 20;
           EXPECT_GT(estimate_plan_us(big, plan), estimate_plan_us(d, plan)) << e.name;
         }
       }
@@ -82,8 +85,10 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   d.kv_pairs = false;       // a lone kM16 item would run as a cluster pair: not here
   d.mask_penalty = 0.5;
   const PlanShape s = shape_32_8();
+  d.path_mask_penalty = 0.2;
   ItemSummary it;
   it.rows = 8;
+  it.partial_rows = 8;  // a block of flatten's: rows writing partials
   it.kv_tokens = 4096;
   it.tile = TileClass::kM64;
   it.count = 1;
@@ -92,6 +97,15 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   it.masked = true;
   const double masked = estimate_items_us(d, s, &it, 1, {});
   EXPECT_NEAR(masked - d.launch_overhead_us, 1.5 * (plain - d.launch_overhead_us), 1e-9 * plain);
+  // rows writing final outputs (the paths planner's items): path_mask_penalty
+  it.partial_rows = 0;
+  const double path_masked = estimate_items_us(d, s, &it, 1, {});
+  it.masked = false;
+  const double path_plain = estimate_items_us(d, s, &it, 1, {});
+  EXPECT_NEAR(path_masked - d.launch_overhead_us, 1.2 * (path_plain - d.launch_overhead_us),
+              1e-9 * path_plain);
+  it.partial_rows = 8;
+  it.masked = true;
   it.tile = TileClass::kM16;  // kM16 items: mask_penalty_m16
   d.mask_penalty_m16 = 0.25;
   const double m16 = estimate_items_us(d, s, &it, 1, {});

@@ -14,7 +14,7 @@ import pytest
 import treeattn
 from conftest import cow_fill, numpy_oracle, random_block_tables, random_qkv, tree_qkv
 
-PLANNERS = ["query", "node", "node-chunk", "flatten", "fasttree", "pat", "forge", "auto"]
+PLANNERS = ["query", "node", "node-chunk", "flatten", "fasttree", "pat", "forge", "paths", "auto"]
 TOL = 2e-5  # float32 executor vs float64 oracle; outputs are averages of values in [-1, 1)
 
 
@@ -182,7 +182,8 @@ DEVICE_FIELDS = [
     "launch_overhead_us", "item_overhead_us", "ctas_per_sm", "merge_launch_us", "tile_latency_us",
     "tile_latency_m128_us", "tile_latency_ws_m128_us", "mma_efficiency_ws_m128", "l2_read_GBps",
     "tile_latency_wide_us", "merge_slot_us", "wide_ctas_per_sm",
-    "wide_m16_ctas_per_sm", "m128_ctas_per_sm", "mask_penalty", "mask_penalty_m16", "cta_bw_factor",
+    "wide_m16_ctas_per_sm", "m128_ctas_per_sm", "mask_penalty", "mask_penalty_m16",
+    "path_mask_penalty", "path_mask_penalty_m16", "cta_bw_factor",
     "warpgroup_mma", "latency_terms", "first_launch_us", "pdl_launch_us", "round_trip_us",
     "cta_fixed_us", "prologue_round_trips", "merge_release_us", "merge_round_trips", "kv_pairs",
     "pair_exchange_us",

@@ -63,6 +63,10 @@ struct WorkItem {
   int32_t mask_begin = -1;                  ///< into Plan::masks (one per range), -1 = no masks
   TileClass tile = TileClass::kM16;
   int32_t kv_tokens = 0;  ///< sum of the ranges' len
+  /// Of kv_tokens, those no other item of the plan reads (per KV head): counted by the planners
+  /// that know it (paths), 0 otherwise. The cost model prices them at the CTA's share of HBM
+  /// bandwidth, since no L2 re-read can serve them.
+  int32_t private_tokens = 0;
 };
 
 struct PlanShape {

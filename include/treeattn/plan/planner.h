@@ -23,7 +23,7 @@ struct PlanOptions {
 };
 
 /// Names accepted by make_plan, in display order (the planner table, src/plan/planners/):
-/// query, node, node-chunk, flatten, fasttree, pat, forge, auto.
+/// query, node, node-chunk, flatten, fasttree, pat, forge, paths, auto.
 const std::vector<std::string>& planner_names();
 
 /// Throws std::invalid_argument naming "planner" (not in planner_names()), "num_qo_heads",

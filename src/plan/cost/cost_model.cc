@@ -13,8 +13,11 @@
 // kernel tile per tile_latency (per 64 tokens for kM16-deep and kM64, tile_latency_m128_us for
 // kM128, per 32 tokens for wide kM16: the chain of cp.async waits, MMAs and softmax of a tile,
 // which does not shrink however few CTAs share an SM; docs/cost_model.md has the fitted values).
-// A masked item (DeFT masks) pays the kernel's per-score mask test: its CTA time is scaled by
-// 1 + mask_penalty (kM64/kM128) or 1 + mask_penalty_m16 (kM16).
+// A masked item whose rows write partials (a DeFT block of flatten's) has its CTA time scaled by
+// 1 + mask_penalty (kM64/kM128) or 1 + mask_penalty_m16 (kM16), fitted on those blocks; one whose
+// rows write final outputs (the paths planner's root paths) by 1 + path_mask_penalty(_m16).
+// KV tokens an item alone reads (WorkItem::private_tokens) stream at the slot's HBM share; the
+// others at up to cta_bw_factor x it (L2 re-reads).
 // Tile sizes and which kM16 variant runs come from the kernels' tile policy
 // (treeattn/plan/tile_policy.h): wide when the plan has more than wide_m16_ctas_per_sm x num_sms
 // kM16 CTAs.
@@ -100,6 +103,8 @@ struct CtaModel {
                                  : dev.item_overhead_us;
     mask_scale[0] = 1.0 + dev.mask_penalty_m16;
     mask_scale[1] = mask_scale[2] = 1.0 + dev.mask_penalty;
+    path_mask_scale[0] = 1.0 + dev.path_mask_penalty_m16;
+    path_mask_scale[1] = path_mask_scale[2] = 1.0 + dev.path_mask_penalty;
     // Kernel KV tile (tokens) per class and its latency floor: 64-token tiles (32 for head_dim
     // 256, the floor scaled by the tile's size), wide kM16 32-token tiles.
     const int64_t big = tile::kv_tile(tile::kConfigDeep, s.head_dim);
@@ -114,9 +119,11 @@ struct CtaModel {
                   scale;
   }
   ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv,
-                      bool masked = false, double mma_fraction = 1.0) const {
+                      bool masked = false, double mma_fraction = 1.0, int64_t priv = 0) const {
     ItemCost c;
     c.kv_bytes = static_cast<double>(kv) * D * 2.0 * kv_dt;
+    // the KV no other item reads comes from HBM at the slot's share; the rest may be L2 re-reads
+    const double priv_bytes = static_cast<double>(std::min(priv, kv)) * D * 2.0 * kv_dt;
     c.bytes =
         c.kv_bytes + packed * D * dt + partial * (D * 4.0 + 4.0) + (packed - partial) * D * dt;
     c.flops = 4.0 * static_cast<double>(issued_mma_rows(tile, packed)) *
@@ -135,9 +142,11 @@ struct CtaModel {
     }
     const double lat = static_cast<double>(tiles) * tile_lat[k];
     const double w = static_cast<double>(weight[k]);  // slots the CTA takes
-    const double io_us = (c.kv_bytes * part / kv_bw + (c.bytes - c.kv_bytes) / slot_bw) / w;
+    const double io_us = ((c.kv_bytes - priv_bytes) * part / kv_bw + priv_bytes * part / slot_bw +
+                          (c.bytes - c.kv_bytes) / slot_bw) /
+                         w;
     c.us = overhead + std::max({io_us, c.flops * part / (slot_flops[k] * w), lat});
-    if (masked) c.us *= mask_scale[k];
+    if (masked) c.us *= partial > 0 ? mask_scale[k] : path_mask_scale[k];
     if (paired) c.us += pair_us;
     return c;
   }
@@ -146,9 +155,10 @@ struct CtaModel {
   bool pair;       ///< the kM16 class runs as cluster pairs
   double pair_us;  ///< a pair's exchange
   double slot_bw = 0, kv_bw = 0, overhead = 0;
-  double flop_rate[kNumTileClasses] = {0, 0, 0};   ///< the whole GPU's, per class
-  double slot_flops[kNumTileClasses] = {0, 0, 0};  ///< a slot's share of it
-  double mask_scale[kNumTileClasses] = {1, 1, 1};  ///< CTA time factor of a masked item
+  double flop_rate[kNumTileClasses] = {0, 0, 0};        ///< the whole GPU's, per class
+  double slot_flops[kNumTileClasses] = {0, 0, 0};       ///< a slot's share of it
+  double mask_scale[kNumTileClasses] = {1, 1, 1};       ///< CTA time factor of a masked item
+  double path_mask_scale[kNumTileClasses] = {1, 1, 1};  ///< the same, rows without partials
   int64_t tile_tokens[kNumTileClasses] = {64, 64, 64};
   int64_t weight[kNumTileClasses] = {1, 1, 1};  ///< slots one CTA of the class takes
   double tile_lat[kNumTileClasses] = {0, 0, 0};
@@ -305,9 +315,9 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     if (it.count <= 0) continue;
     if (prev == nullptr || it.rows != prev->rows || it.partial_rows != prev->partial_rows ||
         it.kv_tokens != prev->kv_tokens || it.tile != prev->tile || it.masked != prev->masked ||
-        it.mma_fraction != prev->mma_fraction) {
+        it.mma_fraction != prev->mma_fraction || it.private_tokens != prev->private_tokens) {
       c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens, it.masked,
-                it.mma_fraction);
+                it.mma_fraction, it.private_tokens);
       runs.push_back({static_cast<int>(it.tile), c.us, 0});
       used_class[static_cast<int>(it.tile)] = true;
       max_us = std::max(max_us, c.us);
@@ -385,6 +395,7 @@ double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
     const WorkItem& it = plan.items[i];
     items[i].rows = it.num_rows;
     items[i].kv_tokens = it.kv_tokens;
+    items[i].private_tokens = it.private_tokens;
     items[i].tile = it.tile;
     items[i].masked = it.mask_begin >= 0;
     if (items[i].masked) {

@@ -51,6 +51,8 @@ void set_h100_fit(DeviceInfo* d) {
   d->merge_slot_us = 0.03839;        // merge: per partial slot per 128-thread pass (refit: above)
   d->mask_penalty = 1.289;           // masked kM64/kM128 CTA: x2.29 (whole-warpgroup MMAs)
   d->mask_penalty_m16 = 0.2094;      // masked kM16 CTA: x1.21
+  d->path_mask_penalty = 0.6;        // paths kM64/kM128 CTA (rows without partials): x1.6
+  d->path_mask_penalty_m16 = 0.15;   // paths kM16 CTA: x1.15
   d->cta_bw_factor = 1.992;          // a CTA's KV stream: ~2x its HBM share (L2 re-reads)
   d->ctas_per_sm = 2;                // kernel occupancy (src/kernels/decode_params.h)
   d->wide_ctas_per_sm = 4;
@@ -116,6 +118,8 @@ void validate_device(const DeviceInfo& d) {
   check_real(d.merge_slot_us, false, "merge_slot_us");
   check_real(d.mask_penalty, false, "mask_penalty");
   check_real(d.mask_penalty_m16, false, "mask_penalty_m16");
+  check_real(d.path_mask_penalty, false, "path_mask_penalty");
+  check_real(d.path_mask_penalty_m16, false, "path_mask_penalty_m16");
   check_real(d.first_launch_us, false, "first_launch_us");
   check_real(d.pdl_launch_us, false, "pdl_launch_us");
   check_real(d.round_trip_us, false, "round_trip_us");

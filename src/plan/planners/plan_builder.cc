@@ -120,6 +120,13 @@ void PlanBuilder::add_kv_range(const KvRange& r, uint64_t mask) {
   if (mask != ~0ull) item_masked_ = true;
 }
 
+void PlanBuilder::add_private_tokens(int32_t tokens) {
+  if (cost_only_)
+    cost_items_.back().private_tokens += tokens;
+  else
+    plan_.items.back().private_tokens += tokens;
+}
+
 void PlanBuilder::add_path_ranges(const int32_t* path, int32_t n, int64_t tok_begin,
                                   int64_t tok_end) {
   int64_t pos = 0;  // path position of the current node's token 0

@@ -10,7 +10,8 @@ const std::vector<PlannerEntry>& planner_table() {
       {"query", query, SlotOrder::kByQuery, 4},         {"node", node, SlotOrder::kByQuery, 2},
       {"node-chunk", node_chunk, SlotOrder::kByRow, 5}, {"flatten", flatten, SlotOrder::kByRow, 6},
       {"fasttree", fasttree, SlotOrder::kByRow, 1},     {"pat", pat, SlotOrder::kByRow, 0},
-      {"forge", forge, SlotOrder::kByRow, 3},           {"auto", nullptr, SlotOrder::kByRow, -1}};
+      {"forge", forge, SlotOrder::kByRow, 3},           {"paths", paths, SlotOrder::kByRow, 7},
+      {"auto", nullptr, SlotOrder::kByRow, -1}};
   return table;
 }
 

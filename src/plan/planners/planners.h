@@ -32,6 +32,7 @@ void fasttree(const PrefixTree& tree, const TreeIndex& index, const PlanOptions&
               PlanBuilder* b);
 void pat(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, PlanBuilder* b);
 void forge(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, PlanBuilder* b);
+void paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, PlanBuilder* b);
 Plan auto_plan(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts);
 
 /// One row of the planner table.
@@ -44,7 +45,7 @@ struct PlannerEntry {
   int32_t auto_rank;
 };
 /// Every planner in display order (planner_names()): query, node, node-chunk, flatten, fasttree,
-/// pat, forge, auto.
+/// pat, forge, paths, auto.
 const std::vector<PlannerEntry>& planner_table();
 /// The entry named `name`, or nullptr for unknown names.
 const PlannerEntry* find_planner(const std::string& name);

@@ -38,6 +38,7 @@ struct ItemSummary {
   int32_t rows = 0;          ///< queries (unpacked rows)
   int32_t partial_rows = 0;  ///< of them, rows writing a partial slot
   int32_t kv_tokens = 0;
+  int32_t private_tokens = 0;  ///< of kv_tokens, read by no other item (WorkItem::private_tokens)
   TileClass tile = TileClass::kM16;
   int64_t count = 1;  ///< identical items this entry stands for
   /// The item carries DeFT masks (WorkItem::mask_begin >= 0); its CTA time is scaled by
