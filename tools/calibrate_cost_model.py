@@ -70,6 +70,8 @@ FREE = {
     "merge_slot_us": (0.64, 0.01, 5.0),
     "mask_penalty": (0.5, 0.001, 5.0),  # masked kM64/kM128 items: CTA time x (1 + this)
     "mask_penalty_m16": (0.05, 0.001, 5.0),  # masked kM16 items
+    "path_mask_penalty": (0.5, 0.001, 5.0),  # masked kM64/kM128 items of whole root paths (paths)
+    "path_mask_penalty_m16": (0.1, 0.001, 5.0),  # masked kM16 items of whole root paths
     "cta_bw_factor": (1.5, 1.0, 8.0),  # a CTA's KV stream over its HBM share (L2 re-reads)
     # critical-path latency terms (used when the base device has latency_terms on)
     "first_launch_us": (4.0, 0.2, 20.0),
@@ -89,6 +91,7 @@ LEGACY = {"launch_overhead_us": 2.5, "merge_launch_us": 2.5, "item_overhead_us":
           "mma_efficiency": 0.55, "tile_latency_us": 0, "tile_latency_m128_us": 0,
           "tile_latency_ws_m128_us": 0, "mma_efficiency_ws_m128": 0, "l2_read_GBps": 0,
           "tile_latency_wide_us": 0, "merge_slot_us": 0, "mask_penalty": 0, "mask_penalty_m16": 0,
+          "path_mask_penalty": 0, "path_mask_penalty_m16": 0,
           "cta_bw_factor": 1, "ctas_per_sm": 2, "wide_ctas_per_sm": 0, "m128_ctas_per_sm": 0}
 
 
@@ -241,8 +244,9 @@ def main():
     before_errs = log_errors(ev({}), meas)
     before = summary(before_errs)
     # Plans with masked items: the estimate moves with the mask penalty.
-    big_mask = with_params(args.base, {"mask_penalty": 20.0, "mask_penalty_m16": 20.0})
-    no_mask = with_params(args.base, {"mask_penalty": 0.0, "mask_penalty_m16": 0.0})
+    pen = ("mask_penalty", "mask_penalty_m16", "path_mask_penalty", "path_mask_penalty_m16")
+    big_mask = with_params(args.base, {k: 20.0 for k in pen})
+    no_mask = with_params(args.base, {k: 0.0 for k in pen})
     masked_rows = [i for i, (_, p) in enumerate(rows)
                    if p.stats(big_mask)["est_time_us"] > p.stats(no_mask)["est_time_us"]]
     if args.free:

@@ -94,6 +94,8 @@ void validate_plan(const Plan& plan) {
     for (int32_t j = 0; j < it.num_ranges; ++j) kv += plan.ranges[it.range_begin + j].len;
     TA_CHECK_INTERNAL(kv == it.kv_tokens, "item ", i, " kv_tokens ", it.kv_tokens,
                       " != sum of range lengths ", kv);
+    TA_CHECK_INTERNAL(it.private_tokens >= 0 && it.private_tokens <= it.kv_tokens, "item ", i,
+                      " private_tokens ", it.private_tokens, " outside [0, kv_tokens]");
     if (it.mask_begin >= 0) {
       TA_CHECK_INTERNAL(it.num_rows <= kMaxMaskedRows, "masked item ", i, " has ", it.num_rows,
                         " rows");

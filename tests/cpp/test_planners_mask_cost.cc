@@ -88,7 +88,6 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   d.path_mask_penalty = 0.2;
   ItemSummary it;
   it.rows = 8;
-  it.partial_rows = 8;  // a block of flatten's: rows writing partials
   it.kv_tokens = 4096;
   it.tile = TileClass::kM64;
   it.count = 1;
@@ -97,15 +96,12 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   it.masked = true;
   const double masked = estimate_items_us(d, s, &it, 1, {});
   EXPECT_NEAR(masked - d.launch_overhead_us, 1.5 * (plain - d.launch_overhead_us), 1e-9 * plain);
-  // rows writing final outputs (the paths planner's items): path_mask_penalty
-  it.partial_rows = 0;
+  // an item of whole root paths (the paths planner's): path_mask_penalty
+  it.whole_paths = true;
   const double path_masked = estimate_items_us(d, s, &it, 1, {});
-  it.masked = false;
-  const double path_plain = estimate_items_us(d, s, &it, 1, {});
-  EXPECT_NEAR(path_masked - d.launch_overhead_us, 1.2 * (path_plain - d.launch_overhead_us),
-              1e-9 * path_plain);
-  it.partial_rows = 8;
-  it.masked = true;
+  EXPECT_NEAR(path_masked - d.launch_overhead_us, 1.2 * (plain - d.launch_overhead_us),
+              1e-9 * plain);
+  it.whole_paths = false;
   it.tile = TileClass::kM16;  // kM16 items: mask_penalty_m16
   d.mask_penalty_m16 = 0.25;
   const double m16 = estimate_items_us(d, s, &it, 1, {});

@@ -59,6 +59,7 @@ void check_paths_plan(const PrefixTree& tree, const PlanOptions& o, const std::s
     }
     EXPECT_EQ(it.kv_tokens, union_tokens) << what << " item " << i;
     EXPECT_EQ(it.private_tokens, private_tokens) << what << " item " << i;
+    EXPECT_TRUE(it.whole_paths) << what << " item " << i;
     std::set<int32_t> range_nodes;
     for (int32_t j = 0; j < it.num_ranges; ++j) {
       const int32_t v = plan.ranges[it.range_begin + j].node;
@@ -78,9 +79,9 @@ TEST(PlannersPaths, EveryQueryOnceWithItsWholePathAndItsPrivateNodes) {
     ro.page_size = 1 + static_cast<int32_t>(seed % 5) * 7;
     const PrefixTree tree = random_tree(seed, ro);
     for (const auto& [qo, kv] : std::vector<std::pair<int, int>>{{16, 1}, {32, 8}, {32, 32}})
-      check_paths_plan(tree, paths_options(qo, kv),
-                       "seed " + std::to_string(seed) + " " + std::to_string(qo) + "/" +
-                           std::to_string(kv));
+      check_paths_plan(
+          tree, paths_options(qo, kv),
+          "seed " + std::to_string(seed) + " " + std::to_string(qo) + "/" + std::to_string(kv));
   }
 }
 

@@ -13,9 +13,9 @@
 // kernel tile per tile_latency (per 64 tokens for kM16-deep and kM64, tile_latency_m128_us for
 // kM128, per 32 tokens for wide kM16: the chain of cp.async waits, MMAs and softmax of a tile,
 // which does not shrink however few CTAs share an SM; docs/cost_model.md has the fitted values).
-// A masked item whose rows write partials (a DeFT block of flatten's) has its CTA time scaled by
-// 1 + mask_penalty (kM64/kM128) or 1 + mask_penalty_m16 (kM16), fitted on those blocks; one whose
-// rows write final outputs (the paths planner's root paths) by 1 + path_mask_penalty(_m16).
+// A masked item has its CTA time scaled by 1 + mask_penalty (kM64/kM128) or 1 + mask_penalty_m16
+// (kM16), fitted on flatten's DeFT blocks; an item of whole root paths (the paths planner's,
+// WorkItem::whole_paths) by 1 + path_mask_penalty(_m16) instead.
 // KV tokens an item alone reads (WorkItem::private_tokens) stream at the slot's HBM share; the
 // others at up to cta_bw_factor x it (L2 re-reads).
 // Tile sizes and which kM16 variant runs come from the kernels' tile policy
@@ -119,11 +119,20 @@ struct CtaModel {
                   scale;
   }
   ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv,
-                      bool masked = false, double mma_fraction = 1.0, int64_t priv = 0) const {
+                      bool masked = false, double mma_fraction = 1.0, int64_t priv = 0,
+                      bool whole_paths = false) const {
     ItemCost c;
-    c.kv_bytes = static_cast<double>(kv) * D * 2.0 * kv_dt;
-    // the KV no other item reads comes from HBM at the slot's share; the rest may be L2 re-reads
-    const double priv_bytes = static_cast<double>(std::min(priv, kv)) * D * 2.0 * kv_dt;
+    const double tok_bytes = D * 2.0 * kv_dt;  // K and V of one token
+    c.kv_bytes = static_cast<double>(kv) * tok_bytes;
+    // KV time of the item's tokens [lo, hi): the private ones (the last `priv`: the paths
+    // planner's private nodes end each root path) from HBM at the slot's share, the rest at up
+    // to cta_bw_factor x it (L2 re-reads)
+    const int64_t first_priv = kv - std::min(priv, kv);
+    const auto kv_us = [&](int64_t lo, int64_t hi) {
+      const int64_t pv = std::max<int64_t>(0, hi - std::max(lo, first_priv));
+      return (static_cast<double>(hi - lo - pv) / kv_bw + static_cast<double>(pv) / slot_bw) *
+             tok_bytes;
+    };
     c.bytes =
         c.kv_bytes + packed * D * dt + partial * (D * 4.0 + 4.0) + (packed - partial) * D * dt;
     c.flops = 4.0 * static_cast<double>(issued_mma_rows(tile, packed)) *
@@ -134,19 +143,20 @@ struct CtaModel {
     // share of bytes and FLOPs of its tokens, then the exchange
     const bool paired = pair && tile == TileClass::kM16;
     double part = 1.0;
+    double kv_io = kv_us(0, kv);
     if (paired && !masked && tiles > 1) {
       const int64_t first = (tiles + 1) / 2;
-      part = static_cast<double>(std::min<int64_t>(kv, first * tile_tokens[k])) /
-             static_cast<double>(kv);
+      const int64_t first_tokens = std::min<int64_t>(kv, first * tile_tokens[k]);
+      part = static_cast<double>(first_tokens) / static_cast<double>(kv);
       tiles = first;
+      // the slower half's KV: the second holds the private tail
+      kv_io = std::max(kv_us(0, first_tokens), kv_us(first_tokens, kv));
     }
     const double lat = static_cast<double>(tiles) * tile_lat[k];
     const double w = static_cast<double>(weight[k]);  // slots the CTA takes
-    const double io_us = ((c.kv_bytes - priv_bytes) * part / kv_bw + priv_bytes * part / slot_bw +
-                          (c.bytes - c.kv_bytes) / slot_bw) /
-                         w;
+    const double io_us = (kv_io + (c.bytes - c.kv_bytes) / slot_bw) / w;
     c.us = overhead + std::max({io_us, c.flops * part / (slot_flops[k] * w), lat});
-    if (masked) c.us *= partial > 0 ? mask_scale[k] : path_mask_scale[k];
+    if (masked) c.us *= whole_paths ? path_mask_scale[k] : mask_scale[k];
     if (paired) c.us += pair_us;
     return c;
   }
@@ -158,7 +168,7 @@ struct CtaModel {
   double flop_rate[kNumTileClasses] = {0, 0, 0};        ///< the whole GPU's, per class
   double slot_flops[kNumTileClasses] = {0, 0, 0};       ///< a slot's share of it
   double mask_scale[kNumTileClasses] = {1, 1, 1};       ///< CTA time factor of a masked item
-  double path_mask_scale[kNumTileClasses] = {1, 1, 1};  ///< the same, rows without partials
+  double path_mask_scale[kNumTileClasses] = {1, 1, 1};  ///< the same, whole-paths items
   int64_t tile_tokens[kNumTileClasses] = {64, 64, 64};
   int64_t weight[kNumTileClasses] = {1, 1, 1};  ///< slots one CTA of the class takes
   double tile_lat[kNumTileClasses] = {0, 0, 0};
@@ -315,9 +325,10 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     if (it.count <= 0) continue;
     if (prev == nullptr || it.rows != prev->rows || it.partial_rows != prev->partial_rows ||
         it.kv_tokens != prev->kv_tokens || it.tile != prev->tile || it.masked != prev->masked ||
-        it.mma_fraction != prev->mma_fraction || it.private_tokens != prev->private_tokens) {
+        it.mma_fraction != prev->mma_fraction || it.private_tokens != prev->private_tokens ||
+        it.whole_paths != prev->whole_paths) {
       c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens, it.masked,
-                it.mma_fraction, it.private_tokens);
+                it.mma_fraction, it.private_tokens, it.whole_paths);
       runs.push_back({static_cast<int>(it.tile), c.us, 0});
       used_class[static_cast<int>(it.tile)] = true;
       max_us = std::max(max_us, c.us);
@@ -396,6 +407,7 @@ double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
     items[i].rows = it.num_rows;
     items[i].kv_tokens = it.kv_tokens;
     items[i].private_tokens = it.private_tokens;
+    items[i].whole_paths = it.whole_paths;
     items[i].tile = it.tile;
     items[i].masked = it.mask_begin >= 0;
     if (items[i].masked) {

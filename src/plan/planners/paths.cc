@@ -63,7 +63,7 @@ class PathGrouper {
         if (std::bitset<64>(bits_[v]).count() == index_.queries_below(v).size())
           priv += tree_.nodes[v].tokens;
       }
-      b->add_private_tokens(static_cast<int32_t>(std::min<int64_t>(priv, INT32_MAX)));
+      b->mark_whole_paths(static_cast<int32_t>(std::min<int64_t>(priv, INT32_MAX)));
       b->end_item();
     }
   }

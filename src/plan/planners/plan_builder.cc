@@ -120,11 +120,18 @@ void PlanBuilder::add_kv_range(const KvRange& r, uint64_t mask) {
   if (mask != ~0ull) item_masked_ = true;
 }
 
-void PlanBuilder::add_private_tokens(int32_t tokens) {
-  if (cost_only_)
-    cost_items_.back().private_tokens += tokens;
-  else
-    plan_.items.back().private_tokens += tokens;
+void PlanBuilder::mark_whole_paths(int32_t private_tokens) {
+  const bool open = cost_only_ ? !cost_items_.empty() : !plan_.items.empty();
+  TA_CHECK_INTERNAL(open, "mark_whole_paths without an open item");
+  if (cost_only_) {
+    ItemSummary& c = cost_items_.back();
+    c.private_tokens = std::clamp(private_tokens, 0, c.kv_tokens);
+    c.whole_paths = true;
+  } else {
+    WorkItem& it = plan_.items.back();
+    it.private_tokens = std::clamp(private_tokens, 0, it.kv_tokens);
+    it.whole_paths = true;
+  }
 }
 
 void PlanBuilder::add_path_ranges(const int32_t* path, int32_t n, int64_t tok_begin,

@@ -42,15 +42,14 @@ struct DeviceInfo {
   /// slots, a kM128 CTA takes slots / m128_ctas_per_sm of them, with their bandwidth and
   /// tensor-core shares (the kM128 kernels hold one 256-thread CTA of > 128 registers per SM).
   int32_t m128_ctas_per_sm = 0;
-  /// A kM64/kM128 CTA of a masked item (DeFT masks, mask_begin >= 0) whose rows write partials
-  /// (flatten's blocks) takes (1 + mask_penalty) x the time of the same item unmasked; a kM16 CTA
-  /// (1 + mask_penalty_m16) x. The defaults 0 give the uncalibrated model; the presets carry the
-  /// fit (docs/cost_model.md).
+  /// A kM64/kM128 CTA of a masked item (DeFT masks, mask_begin >= 0) takes (1 + mask_penalty) x
+  /// the time of the same item unmasked; a kM16 CTA (1 + mask_penalty_m16) x. The defaults 0 give
+  /// the uncalibrated model; the presets carry the fit (docs/cost_model.md).
   double mask_penalty = 0.0;
   double mask_penalty_m16 = 0.0;
-  /// The same factors for masked items whose rows all write final outputs (the paths planner's
-  /// whole root paths): (1 + path_mask_penalty) for kM64/kM128, (1 + path_mask_penalty_m16) for
-  /// kM16, fitted on the paths sweep.
+  /// The same factors for the masked items of whole root paths (WorkItem::whole_paths, the paths
+  /// planner's): (1 + path_mask_penalty) for kM64/kM128, (1 + path_mask_penalty_m16) for kM16,
+  /// chosen on the paths sweep (docs/cost_model.md).
   double path_mask_penalty = 0.0;
   double path_mask_penalty_m16 = 0.0;
   /// A CTA streams its KV at up to cta_bw_factor x its share of the HBM bandwidth (re-reads of
