@@ -37,7 +37,8 @@
 // Warp (wm, wn) owns packed rows [16 wm, 16 wm + 16) and tokens [wn BN/WN, (wn+1) BN/WN) of each
 // KV tile; S = Q K^T and O += P V run on mma.sync m16n8k16 (fp32 accumulate), or per warpgroup
 // of 64 rows on wgmma (sm_90a, kM64/kM128 up to HD 128, sm90/wgmma.cuh), online softmax in the exp2
-// domain; in a masked item a warp (warpgroup) skips the tiles none of its rows sees. The
+// domain; in a masked item a warp (warpgroup) skips the tiles none of its rows sees, and the
+// per-score mask test on a slice every row of its slab sees. The
 // epilogue stages every warp's (O, m, l) in shared memory (aliasing the stages), merges the WN
 // column warps, and writes the final output (dtype, + natural-log LSE) or the partial slot (fp32
 // or the dtype) of each row.
@@ -250,14 +251,21 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
       const uint32_t sK = s_base + (C::KV8 ? 0 : stage * C::STAGE_BYTES);
       const uint32_t sV = C::KREG ? s_base : sK + C::TILE_BYTES;
       const int wtok = wn * BNW;  // warp's first token within the tile
+      // in a masked item: whether every row of the warp's slab sees every token of its slice
+      bool slice_full = false;
       if (masked) {
         // No row of this warp sees a token of its slice: every score would be -inf and change
         // neither m, l nor O, so the warp skips both MMAs (flattened leaves: most warps, most
         // tiles).
-        bool any = false;
+        bool any = false, full = true;
 #pragma unroll
-        for (int j = lane; j < BNW; j += 32) any |= (sMask[stage * BN + wtok + j] & warp_rows) != 0;
+        for (int j = lane; j < BNW; j += 32) {
+          const uint64_t seen = sMask[stage * BN + wtok + j] & warp_rows;
+          any |= seen != 0;
+          full &= seen == warp_rows;
+        }
         if (!__any_sync(0xffffffffu, any)) continue;
+        slice_full = __all_sync(0xffffffffu, full);
       }
 
       // S = Q K^T  [16 x BNW]
@@ -272,9 +280,10 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
               wtok, lane);
 
       // hide tokens outside the row's mask or past the item (raw scores: -inf); only masked items
-      // and the item's last tile test, each in its own loop
+      // and the item's last tile test, each in its own loop. A slice every row of the slab sees
+      // (a shared node of a paths item) needs no test: a token past the item has a zero mask word.
       const int tile_tok = (first_tile + tile) * BN;
-      if (masked)
+      if (masked && !slice_full)
         mask_scores<NT_S>(s_acc, sMask + stage * BN + wtok, mrow0, mrow1, t4);
       else if (tile_tok + BN > item.kv_tokens)
         tail_scores<NT_S>(s_acc, tile_tok + wtok, item.kv_tokens, t4);

@@ -13,7 +13,8 @@
 // is left on a named barrier. Per stage: K-full is waited before S, K-empty arrived once S is done
 // and the mask words are read; V-full is waited before P V, V-empty arrived once P V is done
 // (one arrival per warp, after __syncwarp). A tile none of the consumer's rows sees (a masked item,
-// or rows past the item) is skipped: no MMA and no softmax, but the same waits and arrivals.
+// or rows past the item) is skipped: no MMA and no softmax, but the same waits and arrivals; one
+// every row of the consumer sees runs without the per-score mask test.
 // The protocol (rounds, turns, phases) was checked for deadlock and phase aliasing by exhaustive
 // interleaving of a model for STAGES 2..6, both tile configs and skip patterns.
 #pragma once
@@ -103,15 +104,22 @@ __device__ __forceinline__ void consume(const KernelParams& p, const DeviceItem&
     const int t = (C::SPLIT_KV ? cw : 0) + i * tile_step;
     const int s = t % S;
     bool active = false;
+    bool tile_full = false;  // a masked item's tile that every row of the consumer sees
     if (has_tile) {
       mbar_wait(bars.full_k(s), (t / S) & 1);
       active = has_rows;
       if (masked && active) {
-        // no row of the consumer sees a token of the tile: every score would be -inf
-        bool any = false;
+        // no row of the consumer sees a token of the tile: every score would be -inf; every row
+        // sees every token (a shared node of a paths item): no score needs the mask test
+        bool any = false, full = true;
 #pragma unroll
-        for (int j = lane; j < BN; j += 32) any |= (s_mask[s * BN + j] & wg_rows) != 0;
+        for (int j = lane; j < BN; j += 32) {
+          const uint64_t seen = s_mask[s * BN + j] & wg_rows;
+          any |= seen != 0;
+          full &= seen == wg_rows;
+        }
         active = __any_sync(0xffffffffu, any);
+        tile_full = __all_sync(0xffffffffu, full);
       }
       if (!active) {
         __syncwarp();
@@ -161,7 +169,7 @@ __device__ __forceinline__ void consume(const KernelParams& p, const DeviceItem&
     auto softmax_front = [&] {
       wgmma_fence_regs(s_acc);
       const int tile_tok = t * BN;
-      if (masked)
+      if (masked && !tile_full)  // a token past the item has a zero mask word: never full
         mask_scores<NT_S>(s_acc, s_mask + s * BN, mrow0, mrow1, t4);
       else if (tile_tok + BN > item.kv_tokens)
         tail_scores<NT_S>(s_acc, tile_tok, item.kv_tokens, t4);
