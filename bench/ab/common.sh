@@ -6,7 +6,7 @@
 #   note ...  prints its words and appends them to $S
 #   gpu_note  notes the GPU's name and the UTC time
 #   ab_build SRC DIR [JOBS]  configures and builds the CLI alone (sm_90a) of tree SRC in DIR
-#   ab_cli, ncu_sass         (below)
+#   ab_cli, ncu_sass, stall_start, stall_report   (below)
 ab_start() {
   OUT=${OUT:-$1}
   DEADLINE=${DEADLINE:-$2}
@@ -54,4 +54,21 @@ ncu_sass() {
   ncu -i "$W/$name.ncu-rep" --page source --csv --print-source sass >"$W/$name.csv" 2>>"$W/$name.log"
   ncu -i "$W/$name.ncu-rep" --page details >"$W/$name.details" 2>>"$W/$name.log"
   gzip -c "$W/$name.csv" >"$OUT/$name.sass.csv.gz"
+}
+# stall_start DIR SECONDS: the start of a warp-stall diagnostic (ncu_sass runs): ab_start DIR,
+# the work folder W (DIR_work), the GPU note, the CLI (ab_cli) and an empty $OUT/stalls.txt
+stall_start() {
+  ab_start "$1" "$2"
+  W=$1_work
+  mkdir -p "$W"
+  gpu_note
+  ab_cli 300
+  : >"$OUT/stalls.txt"
+}
+# stall_report NAME TITLE: appends ncu_sass run NAME's headline metrics and its top SASS
+# instructions by stall samples (bench/ab/stall_top.py) to $OUT/stalls.txt
+stall_report() {
+  { echo "===== $1 ($2)"
+    grep -E "Duration|Issued Warp|Warp Cycles Per Issued|SM Frequency|Compute \(SM\) Throughput|Memory Throughput" "$W/$1.details" | head -8
+    python3 bench/ab/stall_top.py "$W/$1.csv" 30; } >>"$OUT/stalls.txt" 2>&1
 }

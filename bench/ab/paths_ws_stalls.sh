@@ -9,20 +9,13 @@
 #   OUT=... bash bench/ab/paths_ws_stalls.sh     (repository root, on the device)
 set -u
 source bench/ab/common.sh
-ab_start /tmp/paths_ws_out 400
-W=/tmp/paths_ws_work
-mkdir -p "$W"
-gpu_note
-ab_cli 300
-: >"$OUT/stalls.txt"
+stall_start /tmp/paths_ws_out 400
 LV="N=1,4,16,512 C=1024,256,128,32 heads=16/1"
 run() {  # name, planner
   ncu_sass "$1" 'decode_ws_kernel' "$(lim 90)" --launch-skip 20 --warp-sampling-interval 0 \
     --section SchedulerStats -- ./build-final/treeattn bench --levels "$LV" --planner "$2" \
     --runs 50 || { tail -5 "$W/$1.log" | tee -a "$S"; return; }
-  { echo "===== $1 ($LV, planner $2)"
-    grep -E "Duration|Issued Warp|Warp Cycles Per Issued|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Grid Size|Registers" "$W/$1.details" | head -12
-    python3 bench/ab/stall_top.py "$W/$1.csv" 30; } >>"$OUT/stalls.txt" 2>&1
+  stall_report "$1" "$LV, planner $2"
 }
 run ws_paths paths
 run ws_node node

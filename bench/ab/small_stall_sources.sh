@@ -10,21 +10,14 @@
 #   OUT=... bash bench/ab/small_stall_sources.sh     (repository root, on the device)
 set -u
 source bench/ab/common.sh
-ab_start /tmp/stall_out 420
-W=/tmp/stall_work
-mkdir -p "$W"
-gpu_note
-ab_cli 300
-: >"$OUT/stalls.txt"
+stall_start /tmp/stall_out 420
 run() {  # name, kernel regex (mangled), levels, env ...
   local name=$1 re=$2 lv=$3
   shift 3
   ncu_sass "$name" "$re" "$(lim 90)" --launch-skip 20 --warp-sampling-interval 0 -- \
     env "$@" ./build-final/treeattn bench --levels "$lv" --planner auto --runs 50 ||
     { tail -5 "$W/$name.log" | tee -a "$S"; return; }
-  { echo "===== $name ($lv $*)"
-    grep -E "Duration|Issued Warp|Warp Cycles Per Issued|SM Frequency" "$W/$name.details" | head -6
-    python3 bench/ab/stall_top.py "$W/$name.csv" 40; } >>"$OUT/stalls.txt" 2>&1
+  stall_report "$name" "$lv $*"
 }
 SMALL="N=1,2,64 C=8,256,32 heads=16/1"
 MID="N=1,16,64 C=1024,256,32 heads=16/1"
