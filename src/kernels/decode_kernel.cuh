@@ -257,15 +257,9 @@ __global__ void __launch_bounds__(AttnConfig<kDType, kHeadDim, kClass, kKv>::THR
         // No row of this warp sees a token of its slice: every score would be -inf and change
         // neither m, l nor O, so the warp skips both MMAs (flattened leaves: most warps, most
         // tiles).
-        bool any = false, full = true;
-#pragma unroll
-        for (int j = lane; j < BNW; j += 32) {
-          const uint64_t seen = sMask[stage * BN + wtok + j] & warp_rows;
-          any |= seen != 0;
-          full &= seen == warp_rows;
-        }
-        if (!__any_sync(0xffffffffu, any)) continue;
-        slice_full = __all_sync(0xffffffffu, full);
+        const SliceSeen seen = slice_seen<BNW>(sMask + stage * BN + wtok, warp_rows, lane);
+        if (!seen.any()) continue;
+        slice_full = seen.full();
       }
 
       // S = Q K^T  [16 x BNW]

@@ -18,6 +18,27 @@
 
 namespace treeattn::cuda_detail {
 
+/// How the rows `rows` (item-row bits of a warp's MMA slab) see a KV slice of N tokens whose mask
+/// words are words[0, N), the lanes striding the words: any() (some row sees some token; else the
+/// slice can be skipped) and full() (every row sees every token; then no score needs mask_scores:
+/// a token past the item has a zero word), each a warp vote.
+struct SliceSeen {
+  bool lane_any = false, lane_full = true;
+  __device__ __forceinline__ bool any() const { return __any_sync(0xffffffffu, lane_any); }
+  __device__ __forceinline__ bool full() const { return __all_sync(0xffffffffu, lane_full); }
+};
+template <int N>
+__device__ __forceinline__ SliceSeen slice_seen(const uint64_t* words, uint64_t rows, int lane) {
+  SliceSeen s;
+#pragma unroll
+  for (int j = lane; j < N; j += 32) {
+    const uint64_t seen = words[j] & rows;
+    s.lane_any |= seen != 0;
+    s.lane_full &= seen == rows;
+  }
+  return s;
+}
+
 /// Hides the scores whose token's mask word (words[8 n + 2 t4 + (e & 1)], the words of the
 /// thread's columns) lacks the bit of the column's item row (mrow0 for row g, mrow1 for g + 8).
 template <int NT_S>

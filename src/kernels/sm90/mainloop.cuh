@@ -111,15 +111,9 @@ __device__ __forceinline__ void consume(const KernelParams& p, const DeviceItem&
       if (masked && active) {
         // no row of the consumer sees a token of the tile: every score would be -inf; every row
         // sees every token (a shared node of a paths item): no score needs the mask test
-        bool any = false, full = true;
-#pragma unroll
-        for (int j = lane; j < BN; j += 32) {
-          const uint64_t seen = s_mask[s * BN + j] & wg_rows;
-          any |= seen != 0;
-          full &= seen == wg_rows;
-        }
-        active = __any_sync(0xffffffffu, any);
-        tile_full = __all_sync(0xffffffffu, full);
+        const SliceSeen seen = slice_seen<BN>(s_mask + s * BN, wg_rows, lane);
+        active = seen.any();
+        tile_full = seen.full();
       }
       if (!active) {
         __syncwarp();

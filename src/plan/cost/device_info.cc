@@ -51,7 +51,7 @@ void set_h100_fit(DeviceInfo* d) {
   d->merge_slot_us = 0.03839;        // merge: per partial slot per 128-thread pass (refit: above)
   d->mask_penalty = 1.289;           // masked kM64/kM128 CTA: x2.29 (whole-warpgroup MMAs)
   d->mask_penalty_m16 = 0.2094;      // masked kM16 CTA: x1.21
-  d->path_mask_penalty = 0.6;        // paths kM64/kM128 CTA (rows without partials): x1.6
+  d->path_mask_penalty = 0.6;        // whole-paths kM64/kM128 CTA (the paths planner's): x1.6
   d->path_mask_penalty_m16 = 0.15;   // paths kM16 CTA: x1.15
   d->cta_bw_factor = 1.992;          // a CTA's KV stream: ~2x its HBM share (L2 re-reads)
   d->ctas_per_sm = 2;                // kernel occupancy (src/kernels/decode_params.h)

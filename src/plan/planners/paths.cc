@@ -8,7 +8,6 @@
 // 1, 2, 4, ... up to the masked items' query cap; k = 1 is the query plan without its KV splits.
 #include <algorithm>
 #include <bitset>
-#include <climits>
 #include <limits>
 #include <vector>
 
@@ -57,13 +56,13 @@ class PathGrouper {
                 [this](int32_t a, int32_t c) { return pre_pos_[a] < pre_pos_[c]; });
       b->begin_item();
       b->add_rows(order_.data() + g0, g1 - g0);
-      int64_t priv = 0;  // tokens of the nodes whose every query is in this group
+      int32_t priv = 0;  // tokens of the nodes whose every query is in this group (<= kv_tokens)
       for (const int32_t v : nodes_) {
         b->add_masked_range(v, 0, tree_.nodes[v].tokens, bits_[v]);
         if (std::bitset<64>(bits_[v]).count() == index_.queries_below(v).size())
           priv += tree_.nodes[v].tokens;
       }
-      b->mark_whole_paths(static_cast<int32_t>(std::min<int64_t>(priv, INT32_MAX)));
+      b->mark_whole_paths(priv);
       b->end_item();
     }
   }

@@ -121,16 +121,17 @@ void PlanBuilder::add_kv_range(const KvRange& r, uint64_t mask) {
 }
 
 void PlanBuilder::mark_whole_paths(int32_t private_tokens) {
-  const bool open = cost_only_ ? !cost_items_.empty() : !plan_.items.empty();
-  TA_CHECK_INTERNAL(open, "mark_whole_paths without an open item");
+  TA_CHECK_INTERNAL(cost_only_ ? !cost_items_.empty() : !plan_.items.empty(),
+                    "mark_whole_paths without an open item");
+  const int32_t kv = cost_only_ ? cost_items_.back().kv_tokens : plan_.items.back().kv_tokens;
+  TA_CHECK_INTERNAL(private_tokens >= 0 && private_tokens <= kv, "private_tokens ", private_tokens,
+                    " outside the open item's [0, ", kv, "]");
   if (cost_only_) {
-    ItemSummary& c = cost_items_.back();
-    c.private_tokens = std::clamp(private_tokens, 0, c.kv_tokens);
-    c.whole_paths = true;
+    cost_items_.back().private_tokens = private_tokens;
+    cost_items_.back().whole_paths = true;
   } else {
-    WorkItem& it = plan_.items.back();
-    it.private_tokens = std::clamp(private_tokens, 0, it.kv_tokens);
-    it.whole_paths = true;
+    plan_.items.back().private_tokens = private_tokens;
+    plan_.items.back().whole_paths = true;
   }
 }
 
