@@ -111,7 +111,7 @@ struct PyPlan {
   /// Plans a copy of `t`, without the GIL.
   PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
          int32_t num_kv_heads, int32_t head_dim, int32_t dtype_bytes, int32_t kv_dtype_bytes,
-         const DeviceInfo& device, double headroom);
+         const DeviceInfo& device, double headroom, int32_t paths_group = 0);
   ~PyPlan();
   PyPlan(const PyPlan&) = delete;
   PyPlan& operator=(const PyPlan&) = delete;

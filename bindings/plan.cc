@@ -85,11 +85,14 @@ DeviceInfo device_from(nb::handle h) {
 std::shared_ptr<const PlanState> plan_copy(const PrefixTree& t, const std::string& planner,
                                            int32_t num_qo_heads, int32_t num_kv_heads,
                                            int32_t head_dim, int32_t dtype_bytes,
-                                           int32_t kv_dtype_bytes, const DeviceInfo& device) {
+                                           int32_t kv_dtype_bytes, const DeviceInfo& device,
+                                           int32_t paths_group) {
   TA_CHECK_ARG(dtype_bytes == 2 || dtype_bytes == 4, "dtype_bytes", "expected 2 or 4, got ",
                dtype_bytes);
-  const PlanOptions o = make_plan_options(planner, num_qo_heads, num_kv_heads, head_dim, device,
-                                          dtype_bytes, kv_dtype_bytes);
+  PlanOptions o = make_plan_options(planner, num_qo_heads, num_kv_heads, head_dim, device,
+                                    dtype_bytes, kv_dtype_bytes);
+  o.paths_group = paths_group;
+  validate_plan_options(o);
   PrefixTree copy = t;
   nb::gil_scoped_release release;
   return make_plan_state(std::move(copy), o);
@@ -99,9 +102,9 @@ std::shared_ptr<const PlanState> plan_copy(const PrefixTree& t, const std::strin
 
 PyPlan::PyPlan(const PrefixTree& t, const std::string& planner, int32_t num_qo_heads,
                int32_t num_kv_heads, int32_t head_dim, int32_t dtype_bytes, int32_t kv_dtype_bytes,
-               const DeviceInfo& device, double headroom_)
+               const DeviceInfo& device, double headroom_, int32_t paths_group)
     : state(plan_copy(t, planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes, kv_dtype_bytes,
-                      device)),
+                      device, paths_group)),
       headroom(headroom_) {
   layout = plan_layout(state.snapshot()->plan, headroom);
 }
@@ -256,20 +259,24 @@ void register_plan(nb::module_& m) {
           "__init__",
           [](PyPlan* self, const PrefixTree& tree, const std::string& planner,
              IntParam num_qo_heads, IntParam num_kv_heads, IntParam head_dim, IntParam dtype_bytes,
-             const DeviceInfo& device_info, double headroom, IntParam kv_dtype_bytes) {
+             const DeviceInfo& device_info, double headroom, IntParam kv_dtype_bytes,
+             IntParam paths_group) {
             const int32_t qo = int_arg("num_qo_heads", num_qo_heads);
             const int32_t kv = int_arg("num_kv_heads", num_kv_heads);
             const int32_t dim = int_arg("head_dim", head_dim);
             const int32_t bytes = int_arg("dtype_bytes", dtype_bytes);
             const int32_t kv_bytes = int_arg("kv_dtype_bytes", kv_dtype_bytes);
-            new (self) PyPlan(tree, planner, qo, kv, dim, bytes, kv_bytes, device_info, headroom);
+            const int32_t group = int_arg("paths_group", paths_group);
+            new (self)
+                PyPlan(tree, planner, qo, kv, dim, bytes, kv_bytes, device_info, headroom, group);
           },
           nb::arg("tree"), nb::arg("planner"), nb::arg("num_qo_heads").none(),
           nb::arg("num_kv_heads").none(), nb::arg("head_dim").none(), nb::arg("dtype_bytes").none(),
           nb::arg("device_info"), nb::arg("headroom"), nb::arg("kv_dtype_bytes").none() = 0,
+          nb::arg("paths_group").none() = 0,
           nb::sig("def __init__(self, tree: PrefixTree, planner: str, num_qo_heads: int, "
                   "num_kv_heads: int, head_dim: int, dtype_bytes: int, device_info: DeviceInfo, "
-                  "headroom: float, kv_dtype_bytes: int = 0) -> None"))
+                  "headroom: float, kv_dtype_bytes: int = 0, paths_group: int = 0) -> None"))
       .def_prop_ro("planner", of_plan([](const Plan& p) { return p.planner; }),
                    "The planner asked for.")
       .def_prop_ro(

@@ -80,6 +80,8 @@ bad "--v-scale" "$CLI" plan --levels 'N=1,4 C=100,20' --kv-dtype fp8_e5m2 --v-sc
 bad "--k-scale" "$CLI" check --levels 'N=1,4 C=100,20' --k-scale 2
 bad "--seed" "$CLI" check --levels 'N=1,4 C=100,20' --seed -1
 bad "--tree" "$CLI" plan
+bad "--paths-group" "$CLI" plan --levels 'N=1,4 C=100,20' --planner paths --paths-group 65
+bad "--paths-group" "$CLI" check --levels 'N=1,4 C=100,20' --paths-group -1
 
 # ---- issue 11: limits, page ownership, exit codes, CLI output options
 ok "version" "$CLI" --version
@@ -195,6 +197,12 @@ grep -q '^auto  *auto ' "$TMP/out" || { echo "FAIL: auto's own plan not 'auto'";
 # the device is the cost-model preset, and est us is explained
 grep -q 'cost-model preset h200' "$TMP/out" && grep -q "^est us: the cost model's estimated" "$TMP/out" ||
   { echo "FAIL: plan output does not explain the preset and est us"; cat "$TMP/out"; failures=$((failures + 1)); }
+# the paths planner with its group size fixed: 64 queries in groups of 16 are 4 items
+ok "plan paths group" "$CLI" plan --levels 'N=1,4,64 C=64,32,8' --planner paths --paths-group 16 \
+  --heads 32/32
+grep -q "^paths  *paths  *4 " "$TMP/out" ||
+  { echo "FAIL: paths --paths-group 16 is not 4 items"; cat "$TMP/out"; failures=$((failures + 1)); }
+ok "check paths group" "$CLI" check --levels 'N=1,4,64 C=64,32,8' --planner paths --paths-group 3
 
 # JSON strings escape control characters (json_escape, cli_util.h): a tree file whose name holds
 # one, through plan --json and, where a GPU is present, bench --json.

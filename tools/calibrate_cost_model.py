@@ -124,8 +124,9 @@ def problems(res):
     return trees
 
 
-def plan_all(trees, dev, planners):
-    """(set, workload with ' heads=qo/kv' when missing, planner) -> Plan."""
+def plan_all(trees, dev, planners, groups=(0,)):
+    """(set, workload with ' heads=qo/kv' when missing, planner, paths group) -> Plan; the paths
+    and auto plans once per paths group (a results file's `paths_group`: bench --paths-group)."""
     out = {}
     for (s, w), tree in trees.items():
         name = w
@@ -133,8 +134,20 @@ def plan_all(trees, dev, planners):
             qo, kv, _ = tree.shape
             name += f" heads={qo or 32}/{kv or 8}"
         for p in planners:
-            out[(s, name, p)] = treeattn.plan(tree, planner=p, device=dev)
+            for g in groups if p in ("paths", "auto") else (0,):
+                out[(s, name, p, g)] = treeattn.plan(tree, planner=p, device=dev, paths_group=g)
     return out
+
+
+def result_key(r):
+    """A result's (set, workload, planner, paths group): its plan in plan_all's dict."""
+    return (r["set"], r["workload"], r["planner"], r.get("paths_group", 0))
+
+
+def label(r):
+    """A result's planner, with /gK where bench --paths-group fixed the paths group."""
+    g = r.get("paths_group", 0)
+    return r["planner"] + (f"/g{g}" if g else "")
 
 
 def plan_key(plan, dev):
@@ -223,10 +236,11 @@ def main():
     bench = json.load(open(args.results))
     res = bench["results"]
     trees = problems(res)
-    by_key = plan_all(trees, device(args.plan_device), treeattn.planners())
+    groups = sorted({r.get("paths_group", 0) for r in res} | {0})
+    by_key = plan_all(trees, device(args.plan_device), treeattn.planners(), groups)
     rows, bad = [], 0
     for r in res:
-        p = by_key.get((r["set"], r["workload"], r["planner"]))
+        p = by_key.get(result_key(r))
         if p is None:
             bad += 1
             continue
@@ -303,10 +317,10 @@ def main():
 
     # ---- what auto picks on --auto-device (a preset: rebuild after putting the fit in it)
     auto_dev = device(args.auto_device)
-    auto = {(s, w): p for (s, w, _), p in plan_all(trees, auto_dev, ["auto"]).items()}
+    auto = {(s, w): p for (s, w, _, _), p in plan_all(trees, auto_dev, ["auto"]).items()}
     lines = defaultdict(dict)
     for r in res:
-        lines[(r["set"], r["workload"])][r["planner"]] = r
+        lines[(r["set"], r["workload"])][label(r)] = r
     per_set = defaultdict(lambda: {"best": [], "auto": [], "query": [], "old_auto": [],
                                    "match": 0, "known": 0, "n": 0, "slower_than_query": 0,
                                    "ratios": []})
@@ -325,7 +339,7 @@ def main():
         if a is not None:
             a_key = plan_key(a, auto_dev)
             for name, r in pl.items():
-                p = by_key.get((s, w, name))
+                p = by_key.get(result_key(r))
                 if p is not None and plan_key(p, auto_dev) == a_key and r["items"] == a.num_items:
                     if pick is None or name != "auto":
                         pick = (name, r)

@@ -143,9 +143,9 @@ class Plan(_ext.Plan):
 
     def __init__(self, tree: PrefixTree, planner: str, num_qo_heads: int, num_kv_heads: int,
                  head_dim: int, dtype_bytes: int, device_info: DeviceInfo,
-                 headroom: float, kv_dtype_bytes: int = 0) -> None:
+                 headroom: float, kv_dtype_bytes: int = 0, paths_group: int = 0) -> None:
         super().__init__(tree, planner, num_qo_heads, num_kv_heads, head_dim, dtype_bytes,
-                         device_info, headroom, kv_dtype_bytes)
+                         device_info, headroom, kv_dtype_bytes, paths_group)
         #: The tree planned (weak) and its version then, as one attribute so that a thread
         #: reading it while another update()s the plan sees a matching pair: decode() and
         #: update() refuse the plan once the tree changed.
@@ -276,7 +276,7 @@ def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
          num_kv_heads: Optional[int] = None, head_dim: Optional[int] = None,
          planner: str = "auto", device: Union[str, DeviceInfo] = "h200", *,
          dtype: Any = "float16", headroom: float = 1.0, reuse: Optional[Plan] = None,
-         stream: Any = None, kv_dtype: Any = None) -> Plan:
+         stream: Any = None, kv_dtype: Any = None, paths_group: int = 0) -> Plan:
     """Plans one decode step over `tree` on the host.
 
     Heads and head_dim default to the tree's shape (JSON / workload line), else 32/8/128.
@@ -285,6 +285,9 @@ def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
     dtype: q/out element type (cost model only). kv_dtype: None (the default, K/V like dtype),
     'fp8_e4m3' / 'fp8_e5m2' or torch.float8_e4m3fn / torch.float8_e5m2 for an fp8 KV cache (1 byte
     per element: decode() then needs fp8 caches, and refuses them with a plan made without it).
+    paths_group: queries per item of the 'paths' planner, also where 'auto' scores it (0, the
+    default, lets the cost model choose; 1 to 64 fixes it, lowered to what the head group allows:
+    128 packed rows).
     headroom >= 1 sizes the device layout up so later,
     larger plans can be update()d into the same workspace. reuse: an earlier Plan to refresh in
     place (reuse.update(new plan, stream)); it is returned instead of a new object.
@@ -305,7 +308,7 @@ def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
     if reuse is not None and not isinstance(reuse, _ext.Plan):
         raise TypeError(f"reuse: expected a treeattn.Plan or None, got {type(reuse).__name__}")
     p = Plan(tree, planner, qo, kv, dim, _dtype_bytes(dtype), info, headroom,
-             kv_dtype_bytes_arg(kv_dtype))
+             kv_dtype_bytes_arg(kv_dtype), paths_group)
     if reuse is not None:
         return reuse.update(p, stream)
     return p

@@ -401,7 +401,7 @@ class Plan:
     A host plan (work items over the tree's KV) plus, once used on a GPU, its device workspace. Made by treeattn.plan(); reused across layers.
     """
 
-    def __init__(self, tree: PrefixTree, planner: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, device_info: DeviceInfo, headroom: float, kv_dtype_bytes: int = 0) -> None: ...
+    def __init__(self, tree: PrefixTree, planner: str, num_qo_heads: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, device_info: DeviceInfo, headroom: float, kv_dtype_bytes: int = 0, paths_group: int = 0) -> None: ...
 
     @property
     def planner(self) -> str:

@@ -49,6 +49,9 @@ void validate_plan_options(const PlanOptions& opts) {
   TA_CHECK_ARG(opts.kv_dtype_bytes == 0 || opts.kv_dtype_bytes == 1 || opts.kv_dtype_bytes == 2 ||
                    opts.kv_dtype_bytes == 4,
                "kv_dtype_bytes", "must be 1, 2, 4 or 0 (= dtype_bytes), got ", opts.kv_dtype_bytes);
+  TA_CHECK_ARG(opts.paths_group >= 0 && opts.paths_group <= kMaxMaskedRows, "paths_group",
+               "must be 0 (chosen by the cost model) to ", kMaxMaskedRows, ", got ",
+               opts.paths_group);
   validate_device(opts.device);
 }
 

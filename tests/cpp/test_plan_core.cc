@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -659,6 +660,12 @@ TEST(MakePlanOptions, ConvertsTheArgumentsAndNamesTheBadOne) {
   expect_names([] { make_plan_options("node", 256, 1, 64); }, "num_qo_heads");
   expect_names([] { make_plan_options("node", 8, 2, 96); }, "head_dim");
   expect_names([] { make_plan_options("node", 8, 2, 64, DeviceInfo(), 3); }, "dtype_bytes");
+  for (const int32_t g : {-1, kMaxMaskedRows + 1, INT32_MAX}) {
+    PlanOptions bad = make_plan_options("paths", 8, 2, 64);
+    bad.paths_group = g;
+    expect_names([&] { validate_plan_options(bad); }, "paths_group");
+    expect_names([&] { make_plan(t, bad); }, "paths_group");
+  }
   DeviceInfo broken = h100;
   broken.num_sms = 0;
   expect_names([&] { make_plan_options("node", 8, 2, 64, broken); }, "device.num_sms");

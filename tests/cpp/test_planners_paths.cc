@@ -1,9 +1,11 @@
 // The paths planner: every query in exactly one item, writing its final output (no partials, no
 // merge); an item's ranges are the union of its queries' root paths, each node once, seen by the
 // rows whose path holds it; WorkItem::private_tokens counts exactly the item's nodes that no other
-// item reads; and where the cost model prefers it, groups of queries share their prefix.
+// item reads; where the cost model prefers it, groups of queries share their prefix; and a group
+// size fixed by PlanOptions::paths_group is the one used.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -112,6 +114,40 @@ TEST(PlannersPaths, OneQueryPerItemIsTheQueryPlanWithoutSplits) {
     EXPECT_EQ(it.mask_begin, -1);
     EXPECT_EQ(it.kv_tokens, 4400);
     EXPECT_EQ(it.private_tokens, 400);
+  }
+}
+
+TEST(PlannersPaths, AFixedGroupSizeCutsThePreorderIntoGroupsOfIt) {
+  // PlanOptions::paths_group fixes k (lowered to the head group's cap: 128 packed rows, 64 masked
+  // rows): every item but one holds exactly k queries, the other the rest, the plan stays a valid
+  // paths plan, and auto, when it takes the paths candidate, takes it with that k.
+  const std::vector<PrefixTree> trees = {tree_from_levels(parse_levels("N=1,4,256 C=8,256,32")),
+                                         tree_from_levels(parse_levels("N=1,3,7,50 C=9,33,17,5")),
+                                         random_tree(5, RandomTreeOptions())};
+  for (size_t ti = 0; ti < trees.size(); ++ti) {
+    const PrefixTree& tree = trees[ti];
+    const int32_t nq = tree.num_queries();
+    for (const auto& [qo, kv] : std::vector<std::pair<int, int>>{{16, 1}, {32, 8}, {32, 32}}) {
+      const int32_t cap = std::min(128 / (qo / kv), kMaxMaskedRows);
+      for (const int32_t g : {1, 2, 3, 5, 16, 64}) {
+        PlanOptions o = paths_options(qo, kv);
+        o.paths_group = g;
+        const std::string what = "tree " + std::to_string(ti) + " " + std::to_string(qo) + "/" +
+                                 std::to_string(kv) + " group " + std::to_string(g);
+        check_paths_plan(tree, o, what);
+        const int32_t k = std::min(g, cap);
+        const Plan plan = make_plan(tree, o);
+        ASSERT_EQ(plan.items.size(), static_cast<size_t>((nq + k - 1) / k)) << what;
+        // (finish() orders the items by class and length: the short group may be anywhere)
+        int32_t full = 0, rest = 0;
+        for (const WorkItem& it : plan.items) (it.num_rows == k ? full : rest) += it.num_rows;
+        EXPECT_EQ(full, nq / k * k) << what;
+        EXPECT_EQ(rest, nq % k) << what;
+        o.planner = "auto";
+        const Plan a = make_plan(tree, o);
+        if (a.chosen_planner == "paths") EXPECT_EQ(a.items.size(), plan.items.size()) << what;
+      }
+    }
   }
 }
 

@@ -221,6 +221,20 @@ def test_device_info_binds_every_field():
     assert p.stats(d)["est_time_us"] > base
 
 
+def test_paths_group_fixes_the_paths_planners_group_size(rng):
+    """plan(..., paths_group=k): ceil(queries / k) paths items, k lowered to the head group's cap
+    (128 packed rows, 64 masked), every query once; decode on the CPU matches the oracle."""
+    tree = treeattn.PrefixTree.from_levels("N=1,3,21 C=40,24,9")
+    for heads, cap in (((16, 1), 8), ((32, 8), 32), ((8, 8), 64)):
+        q, k, v = tree_qkv(rng, tree, heads[0], heads[1], 64)
+        want = oracle_for_tree(tree, q, k, v)[0]
+        for group in (1, 2, 5, 64):
+            p = treeattn.plan(tree, heads[0], heads[1], 64, planner="paths", paths_group=group)
+            kk = min(group, cap)
+            assert (p.num_items, p.num_rows, p.num_slots) == (-(-21 // kk), 21, 0), (heads, group)
+            assert_close(treeattn.decode(q, k, v, p), want)
+
+
 def test_plan_defaults_errors_and_update():
     tree = treeattn.PrefixTree.from_levels("N=1,4 C=64,16 heads=16/4 dim=64")
     p = treeattn.plan(tree)
@@ -237,6 +251,11 @@ def test_plan_defaults_errors_and_update():
         treeattn.plan(tree, headroom=0.5)
     with pytest.raises(TypeError, match="tree"):
         treeattn.plan("N=1 C=4")
+    for bad in (-1, 65, 2**40):
+        with pytest.raises(ValueError, match="^paths_group"):
+            treeattn.plan(tree, planner="paths", paths_group=bad)
+    with pytest.raises(TypeError, match="paths_group"):
+        treeattn.plan(tree, planner="paths", paths_group=2.5)
     big = treeattn.plan(tree, headroom=2.0)
     assert big.layout()["items"] == 2 * p.layout()["items"]
     assert big.workspace_bytes >= p.workspace_bytes

@@ -174,6 +174,7 @@ struct Result {
   std::string grouped_kernel = "legacy";  ///< setting of the kM64/kM128 kernel (--grouped-kernel)
   std::string grouped_run = "-,-";  ///< kernel kM64 and kM128 ran on ("-": no items of the class)
   std::string partials = "half";    ///< partial output precision (--partials)
+  int32_t paths_group = 0;          ///< PlanOptions::paths_group (--paths-group)
 };
 
 /// One setting to time each plan on: set_grouped_kernel, set_partial_precision, set_short_m16 and
@@ -219,13 +220,12 @@ std::string line_name(const Problem& pb) {
          std::to_string(pb.num_kv_heads);
 }
 
-bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& in,
-             const OracleSample& ref, int runs, Timer& tm,
+bool run_one(const Problem& pb, const std::string& planner, int32_t paths_group,
+             const DeviceInputs& in, const OracleSample& ref, int runs, Timer& tm,
              const std::vector<KernelSetting>& kernels, std::vector<Result>* results) {
   Plan plan;
   try {
-    plan = make_plan(pb.tree, make_plan_options(planner, pb.num_qo_heads, pb.num_kv_heads,
-                                                pb.head_dim, g_device, 2, pb.kv_dtype_bytes()));
+    plan = make_plan(pb.tree, planner_options(planner, pb, g_device, paths_group));
   } catch (const std::exception& e) {
     std::printf("  !!!! PLANNER FAILED: %s planner=%s: %s (line skipped: counted as a failure)\n",
                 pb.name.c_str(), planner.c_str(), e.what());
@@ -246,6 +246,7 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
     Result* res = &one;
     res->grouped_kernel = ks.name;
     res->partials = partials_name(ks.partials);
+    res->paths_group = paths_group;
     res->grouped_run.clear();
     for (TileClass cls : {TileClass::kM64, TileClass::kM128}) {
       const bool any = dp.layout().class_items_planned[static_cast<int>(cls)] > 0;
@@ -290,9 +291,12 @@ bool run_one(const Problem& pb, const std::string& planner, const DeviceInputs& 
   return true;
 }
 
-/// The planner column: the planner, with "/ws" or "/legacy" when several grouped kernels run.
+/// The planner column: the planner, with "/ws" or "/legacy" when several grouped kernels run and
+/// "/g16" when --paths-group fixed the paths planner's group size.
 std::string display_planner(const Result& r, size_t num_kernels) {
-  return num_kernels > 1 ? r.planner + "/" + r.grouped_kernel : r.planner;
+  const std::string p =
+      r.paths_group > 0 ? r.planner + "/g" + std::to_string(r.paths_group) : r.planner;
+  return num_kernels > 1 ? p + "/" + r.grouped_kernel : p;
 }
 
 std::string today() {
@@ -354,6 +358,11 @@ int bench_command(int argc, char** argv) {
   flags.push_back({"pair-m16", true,
                    "cluster pairs for the deep kM16 config's items (set_pair_m16): on, off or a "
                    "comma list, timed on each like --grouped-kernel; default: the library's"});
+  flags.push_back({"paths-group", true,
+                   "queries per item of the paths planner, also as auto's candidate "
+                   "(PlanOptions::paths_group): 0 (default: the cost model's choice), 1-64, or a "
+                   "comma list of them; with several, the paths and auto plans of each line are "
+                   "built and timed once per value"});
   flags.push_back({"partials", true,
                    "precision of the partial outputs (set_partial_precision): fp32, half or a "
                    "comma list of them, timed on each like --grouped-kernel (with both lists, "
@@ -410,6 +419,23 @@ int bench_command(int argc, char** argv) {
     partials.push_back(half ? PartialPrecision::kHalf : PartialPrecision::kFloat32);
   const std::vector<bool> shorts = two_way("short-m16", "off", "on", short_m16());
   const std::vector<bool> pairs = two_way("pair-m16", "off", "on", pair_m16());
+  std::vector<int32_t> groups;
+  for (const std::string& word : comma_words(a.str("paths-group", "0"))) {
+    int64_t g = -1;
+    if (!parse_int64(word, &g) || g < 0 || g > kMaxMaskedRows)
+      throw std::invalid_argument("--paths-group: expected integers from 0 to " +
+                                  std::to_string(kMaxMaskedRows) + " (a comma list), got '" +
+                                  a.str("paths-group") + "'");
+    groups.push_back(static_cast<int32_t>(g));
+  }
+  if (groups.empty())
+    throw std::invalid_argument("--paths-group: expected at least one value, got '" +
+                                a.str("paths-group") + "'");
+  // (planner, paths group) of each plan a line times: every group for paths and auto
+  std::vector<std::pair<std::string, int32_t>> planner_runs;
+  for (const std::string& pl : planners)
+    for (const int32_t g : pl == "paths" || pl == "auto" ? groups : std::vector<int32_t>{0})
+      planner_runs.emplace_back(pl, g);
   // every (grouped kernel, partials, short kM16, kM16 pairs) setting; the name shows what varies
   std::vector<KernelSetting> kernels;
   for (const GroupedKernel g : grouped)
@@ -510,14 +536,14 @@ int bench_command(int argc, char** argv) {
         std::find(planners.begin(), planners.end(), "query") != planners.end();
     const bool have_base =
         (with_baseline || query_listed) &&
-        run_one(pb, "query", in, ref, runs, tm,
+        run_one(pb, "query", 0, in, ref, runs, tm,
                 query_listed ? kernels : std::vector<KernelSetting>{kernels.front()}, &base);
-    for (const std::string& pl : planners) {
+    for (const auto& [pl, group] : planner_runs) {
       std::vector<Result> rs;
       if (pl == "query") {
         if (!have_base) continue;  // the baseline's failure is already counted
         rs = base;
-      } else if (!run_one(pb, pl, in, ref, runs, tm, kernels, &rs)) {
+      } else if (!run_one(pb, pl, group, in, ref, runs, tm, kernels, &rs)) {
         continue;  // counted in g_planner_failures: the exit status is nonzero
       }
       for (Result& r : rs) {
@@ -597,13 +623,14 @@ int bench_command(int argc, char** argv) {
                    "\"bytes_min\": %.0f, \"flops_min\": %.0f, \"items\": %lld, "
                    "\"kv_bytes_read\": %.0f, \"est_us\": %.2f, \"grouped_kernel\": \"%s\", "
                    "\"grouped_run\": \"%s\", \"partials\": \"%s\", \"kv_dtype\": \"%s\", "
-                   "\"check_ok\": %s}",
+                   "\"paths_group\": %d, \"check_ok\": %s}",
                    i ? "," : "", json_escape(r.workload).c_str(), json_escape(r.set).c_str(),
                    r.planner.c_str(), r.dtype.c_str(), r.page_size, r.median_ms, r.floor_ms,
                    r.floor_fraction, r.baseline_ms, r.max_rel_err, r.qo, r.kv, r.head_dim,
                    r.queries, r.GBps, r.bytes_min, r.flops_min, static_cast<long long>(r.items),
                    r.kv_read_bytes, r.est_us, r.grouped_kernel.c_str(), r.grouped_run.c_str(),
-                   r.partials.c_str(), r.kv_dtype.c_str(), r.check_ok ? "true" : "false");
+                   r.partials.c_str(), r.kv_dtype.c_str(), r.paths_group,
+                   r.check_ok ? "true" : "false");
     }
     std::fprintf(f, "\n]}\n");
     std::fclose(f);

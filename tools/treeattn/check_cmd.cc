@@ -119,6 +119,7 @@ int check_command(int argc, char** argv) {
   const double tolerance = a.real("tolerance", oracle_tolerance(OutputDtype::kFp32), 0.0, 1e9);
   JsonOut json(a.str("json"), "check");
   const DeviceInfo dev = device_flag(a);
+  const int32_t paths_group = paths_group_flag(a);
   const std::vector<Problem> problems = load_problems(a, true);
 
   int total = 0, passed = 0;
@@ -157,10 +158,8 @@ int check_command(int argc, char** argv) {
       double rel = NAN, max_lse_err = NAN;
       try {
         if (!inputs_ok) throw std::runtime_error("inputs: " + input_error);
-        const Plan plan = planned(p.tree,
-                                  make_plan_options(name, p.num_qo_heads, p.num_kv_heads,
-                                                    p.head_dim, dev, 2, p.kv_dtype_bytes()),
-                                  "check", p.name);
+        const Plan plan =
+            planned(p.tree, planner_options(name, p, dev, paths_group), "check", p.name);
         check_coverage(p.tree, plan);
         Plan sub = plan;  // same items, restricted to the checked KV heads (see file comment)
         sub.shape.num_kv_heads = in.num_kv_heads;

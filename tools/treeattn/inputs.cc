@@ -201,7 +201,23 @@ std::vector<FlagSpec> planner_flags() {
   return {{"planner", true, "planner name or 'all' (default all)"},
           {"device", true,
            "cost-model preset the planners target: a100, h100 or h200 (default h200); not the "
-           "hardware this runs on"}};
+           "hardware this runs on"},
+          {"paths-group", true,
+           "queries per item of the paths planner, also as auto's candidate "
+           "(PlanOptions::paths_group): 0 (default) lets the cost model choose, 1-64 fixes it"}};
+}
+
+int32_t paths_group_flag(const Args& a) {
+  return static_cast<int32_t>(a.integer("paths-group", 0, 0, kMaxMaskedRows));
+}
+
+PlanOptions planner_options(const std::string& name, const Problem& p, const DeviceInfo& dev,
+                            int32_t paths_group) {
+  PlanOptions o = make_plan_options(name, p.num_qo_heads, p.num_kv_heads, p.head_dim, dev, 2,
+                                    p.kv_dtype_bytes());
+  o.paths_group = paths_group;
+  validate_plan_options(o);
+  return o;
 }
 
 DeviceInfo device_flag(const Args& a) {

@@ -11,6 +11,7 @@
 #include "args.h"
 #include "treeattn/common/fp8.h"
 #include "treeattn/plan/cost/device_info.h"
+#include "treeattn/plan/planner.h"
 #include "treeattn/tree/prefix_tree.h"
 
 namespace treeattn::cli {
@@ -38,8 +39,15 @@ std::vector<Problem> load_problems(const Args& args, bool with_sets);
 /// Planner names for a --planner value: every planner for "all", else the one named; throws
 /// std::invalid_argument naming --planner for an unknown name.
 std::vector<std::string> planner_list(const std::string& planner);
-/// The flags of the commands that plan: --planner NAME|all and --device PRESET.
+/// The flags of the commands that plan: --planner NAME|all, --device PRESET and --paths-group K.
 std::vector<FlagSpec> planner_flags();
+/// --paths-group (PlanOptions::paths_group): 0 to kMaxMaskedRows, 0 when absent; throws
+/// std::invalid_argument naming the flag.
+int32_t paths_group_flag(const Args& a);
+/// PlanOptions of planner `name` for problem `p` with the cost model `dev` and the paths
+/// planner's group size `paths_group`; throws std::invalid_argument naming the option.
+PlanOptions planner_options(const std::string& name, const Problem& p, const DeviceInfo& dev,
+                            int32_t paths_group);
 /// The --device preset (h200 when not given); throws std::invalid_argument naming --device.
 DeviceInfo device_flag(const Args& args);
 /// Human-readable "heads=32/8 dim=128 page=16" suffix (then " kv=fp8_e4m3" and the scales that

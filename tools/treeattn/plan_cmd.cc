@@ -50,6 +50,7 @@ int plan_command(int argc, char** argv) {
   const std::string planner = a.str("planner", "all");
   const std::vector<std::string> planners = planner_list(planner);
   const DeviceInfo dev = device_flag(a);
+  const int32_t paths_group = paths_group_flag(a);
   JsonOut jout(a.str("json"), "plan");
   const bool json = jout.enabled();
   FILE* const out = jout.human();
@@ -57,7 +58,8 @@ int plan_command(int argc, char** argv) {
 
   int failures = 0;
   std::ostringstream& js = jout.text();
-  js << "{\"command\": \"plan\", \"device\": \"" << dev.name << "\", \"workloads\": [";
+  js << "{\"command\": \"plan\", \"device\": \"" << dev.name
+     << "\", \"paths_group\": " << paths_group << ", \"workloads\": [";
   for (size_t pi = 0; pi < problems.size(); ++pi) {
     const Problem& p = problems[pi];
     std::vector<Row> rows;
@@ -65,10 +67,8 @@ int plan_command(int argc, char** argv) {
       Row r;
       r.planner = name;
       try {
-        const Plan plan = planned(p.tree,
-                                  make_plan_options(name, p.num_qo_heads, p.num_kv_heads,
-                                                    p.head_dim, dev, 2, p.kv_dtype_bytes()),
-                                  "plan", p.name);
+        const Plan plan =
+            planned(p.tree, planner_options(name, p, dev, paths_group), "plan", p.name);
         r.chosen = plan.chosen_planner;
         r.st = plan_stats(p.tree, plan, dev);
         r.layout = plan_layout(plan);

@@ -19,6 +19,10 @@ struct PlanOptions {
   int32_t head_dim = 128;
   int32_t dtype_bytes = 2;     ///< Q/O element size
   int32_t kv_dtype_bytes = 0;  ///< K/V element size (1 = fp8 cache); 0 = dtype_bytes
+  /// Queries per item of the `paths` planner (also where auto scores it): 0 lets the cost model
+  /// choose among 1, 2, 4, ... up to the masked items' cap; 1 to kMaxMaskedRows fixes it, lowered
+  /// to the cap of the head group (128 packed rows: 128 / group queries) where that is smaller.
+  int32_t paths_group = 0;
   DeviceInfo device;  ///< the uncalibrated defaults of DeviceInfo (device_preset() gives presets)
 };
 
@@ -28,8 +32,8 @@ const std::vector<std::string>& planner_names();
 
 /// Throws std::invalid_argument naming "planner" (not in planner_names()), "num_qo_heads",
 /// "num_kv_heads" (each >= 1, num_kv_heads dividing num_qo_heads, a group of <= 128),
-/// "head_dim" (64, 128 or 256), "dtype_bytes" (1, 2 or 4), "kv_dtype_bytes" (1, 2, 4 or 0) or
-/// the offending "device.*" field.
+/// "head_dim" (64, 128 or 256), "dtype_bytes" (1, 2 or 4), "kv_dtype_bytes" (1, 2, 4 or 0),
+/// "paths_group" (0 to kMaxMaskedRows) or the offending "device.*" field.
 void validate_plan_options(const PlanOptions& opts);
 
 /// The one conversion of a caller's planning arguments (the CLI's flags, the Python plan(), the

@@ -5,7 +5,8 @@
 // bit mask, over whole root paths). A node the group shares is read once per group instead of
 // once per query, and each row's whole context is in its item, so every row writes its final
 // output: the call is one launch. k is the cheapest under the cost model (cost-only builders) of
-// 1, 2, 4, ... up to the masked items' query cap; k = 1 is the query plan without its KV splits.
+// 1, 2, 4, ... up to the masked items' query cap, or PlanOptions::paths_group (lowered to the
+// cap) where the caller fixes it; k = 1 is the query plan without its KV splits.
 #include <algorithm>
 #include <bitset>
 #include <limits>
@@ -84,6 +85,10 @@ void paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& op
            PlanBuilder* b) {
   PathGrouper grouper(tree, index);
   const int32_t cap = max_queries_per_item(opts, /*masked=*/true);
+  if (opts.paths_group > 0) {
+    grouper.emit(std::min(cap, opts.paths_group), b);
+    return;
+  }
   const PlanShape shape = plan_shape(tree, opts);
   int32_t best_k = 1;
   double best_us = std::numeric_limits<double>::infinity();
