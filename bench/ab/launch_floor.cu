@@ -5,7 +5,8 @@
 // threads, with and without 100 KB of dynamic shared memory, with and without the
 // programmatic-serialization attribute the decode kernels launch with, one or two of them in a
 // row: what a decode call pays before any work of its own; and kernels of 4-64 KB of
-// straight-line code: what fetching cold instructions costs.
+// straight-line code, and the same arithmetic as loops over 4 and 16 KB of it: what fetching cold
+// instructions costs.
 //   nvcc -O3 -arch=sm_90a -o /tmp/launch_floor bench/ab/launch_floor.cu && /tmp/launch_floor
 #include <cuda_runtime.h>
 
@@ -49,6 +50,25 @@ __global__ void code_kernel(const int* in, int* out) {
     asm volatile("fma.rn.f32 %0, %0, %0, %0;" : "+f"(b));
     asm volatile("fma.rn.f32 %0, %0, %0, %0;" : "+f"(c));
     asm volatile("fma.rn.f32 %0, %0, %0, %0;" : "+f"(d));
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int>(a + b + c + d);
+}
+
+/// The same `kInstr` FMAs as code_kernel, as a loop of `kReps` turns over kInstr / kReps FMAs of
+/// straight-line code: the arithmetic of code_kernel<kInstr> with 1 / kReps of its code, so that
+/// the difference between the two is what fetching the rest of the code costs.
+template <int kInstr, int kReps>
+__global__ void loop_kernel(const int* in, int* out) {
+  float a = static_cast<float>(in[blockIdx.x]), b = a + 1.f, c = a + 2.f, d = a + 3.f;
+#pragma unroll 1
+  for (int r = 0; r < kReps; ++r) {
+#pragma unroll
+    for (int i = 0; i < kInstr / kReps / 4; ++i) {
+      asm volatile("fma.rn.f32 %0, %0, %0, %0;" : "+f"(a));
+      asm volatile("fma.rn.f32 %0, %0, %0, %0;" : "+f"(b));
+      asm volatile("fma.rn.f32 %0, %0, %0, %0;" : "+f"(c));
+      asm volatile("fma.rn.f32 %0, %0, %0, %0;" : "+f"(d));
+    }
   }
   if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int>(a + b + c + d);
 }
@@ -108,6 +128,8 @@ int main() {
       {"256 FMAs of straight-line code (4 KB)", 7},
       {"1024 FMAs of straight-line code (16 KB)", 8},
       {"4096 FMAs of straight-line code (64 KB)", 9},
+      {"4096 FMAs, a loop of 16 x 256 (4 KB of code)", 10},
+      {"4096 FMAs, a loop of 4 x 1024 (16 KB of code)", 11},
   };
   std::printf(
       "device %s; median of 200 runs, events around the launches; after an L2 flush, and "
@@ -151,6 +173,12 @@ int main() {
             break;
           case 9:
             code_kernel<4096><<<64, 128, 0, s>>>(in, out);
+            break;
+          case 10:
+            loop_kernel<4096, 16><<<64, 128, 0, s>>>(in, out);
+            break;
+          case 11:
+            loop_kernel<4096, 4><<<64, 128, 0, s>>>(in, out);
             break;
           default:
             break;
