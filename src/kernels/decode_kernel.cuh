@@ -1,11 +1,11 @@
 // Paged tree-attention kernel (one CTA per (work item, group of KV heads)), as a template over
 // (dtype, head_dim, kernel config, KV type); instantiated by src/kernels/inst_*.cu. Its pieces:
 // the configuration and shared-memory layout (decode_config.cuh), the two MMA paths (mma.sync per
-// warp, wgmma per warpgroup: mainloop_mma.cuh), the online softmax (softmax.cuh), the Q copy,
-// range cursor and epilogue writes (kernel_common.cuh), the paged K/V loader and the fp8 stage
-// conversion (loader.cuh), the phase stamps (timeline.cuh); this file holds the kernel: the
-// pipeline and tile loop and the epilogue's staging. The merge of the partial outputs is in
-// merge.cuh.
+// warp, wgmma per warpgroup: mainloop_mma.cuh), the online softmax (softmax.cuh), the Q copy and
+// range cursor (kernel_common.cuh), the staging, merge and writes of the rows' states
+// (epilogue.cuh), the paged K/V loader and the fp8 stage conversion (loader.cuh), the phase
+// stamps (timeline.cuh); this file holds the kernel: the pipeline, the tile loop and the order of
+// its epilogue. The merge of the partial outputs is in merge.cuh.
 //
 // Attention kernel, per CTA and KV head (the kM16 configs walk heads_per_cta heads one after the
 // other, so the item's metadata chain is paid once per CTA, not per head):
@@ -55,6 +55,7 @@
 
 #include "decode_config.cuh"
 #include "decode_params.h"
+#include "epilogue.cuh"
 #include "kernel_common.cuh"
 #include "loader.cuh"
 #include "mainloop_mma.cuh"

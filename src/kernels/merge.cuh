@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "decode_params.h"
+#include "epilogue.cuh"
 #include "kernel_common.cuh"
 #include "ptx.cuh"
 #include "timeline.cuh"

@@ -1,11 +1,12 @@
 // Epilogue of the warp-specialized Hopper kernel: the consumers stage their online-softmax
 // states in shared memory (over the stages and Q, which no one reads any more) and write the
 // item's rows: the final output (dtype + natural-log LSE) or partial slots (PartialPrecision),
-// through the shared write_staged_rows (kernel_common.cuh). Under SPLIT_KV the two consumers hold
+// through the shared write_staged_rows (../epilogue.cuh). Under SPLIT_KV the two consumers hold
 // two states of the same 64 rows (alternate KV tiles), merged per row in consumer order; otherwise
 // consumer w's state is rows [64 w, 64 w + 64).
 #pragma once
 
+#include "../epilogue.cuh"
 #include "config.cuh"
 #include "mainloop.cuh"
 
