@@ -1,11 +1,12 @@
 // libFuzzer target over the planners. The input bytes decode into a small tree (up to 24 nodes,
 // one to a few hundred tokens each with tile edges, several roots, queries on any node; pages of
 // 1 to 32 tokens, now and then of kMaxPageSize), a few updates (append with copy-on-write forks,
-// fork, remove), a model shape and a device; then every planner (planner_names(), auto included)
-// must return a plan that passes validate_plan and check_coverage, lays out and packs with a
-// fuzzed headroom, and has finite statistics; for one planner per input the CPU executor must
-// match the float64 oracle (compare_to_oracle, fp32). Only std::invalid_argument from the tree
-// updates is expected; any other exception, a crash or a mismatch aborts.
+// fork, remove), a model shape, a device and now and then a fixed paths group size; then every
+// planner (planner_names(), auto included) must return a plan that passes validate_plan and
+// check_coverage, lays out and packs with a fuzzed headroom, and has finite statistics; for one
+// planner per input the CPU executor must match the float64 oracle (compare_to_oracle, fp32).
+// Only std::invalid_argument from the tree updates is expected; any other exception, a crash or a
+// mismatch aborts.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -114,6 +115,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (sm >= 128) opts.device.num_sms = 1 + sm % 16;  // few SMs: different splits
   const double headroom = 1.0 + (in.next() % 8) * 0.25;
   const size_t exec_planner = in.next() % planner_names().size();
+  // the paths planner's group size (auto's paths candidate too): the cost model's on most inputs,
+  // else fixed at 1-64 (lowered to the head group's cap)
+  const uint8_t gb = in.next();
+  opts.paths_group = gb < 192 ? 0 : 1 + gb % kMaxMaskedRows;
 
   for (size_t pi = 0; pi < planner_names().size(); ++pi) {
     opts.planner = planner_names()[pi];
