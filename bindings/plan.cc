@@ -266,7 +266,7 @@ void register_plan(nb::module_& m) {
             const int32_t dim = int_arg("head_dim", head_dim);
             const int32_t bytes = int_arg("dtype_bytes", dtype_bytes);
             const int32_t kv_bytes = int_arg("kv_dtype_bytes", kv_dtype_bytes);
-            const int32_t group = int_arg("paths_group", paths_group);
+            const int32_t group = int_arg<int32_t>("paths_group", paths_group, 0, kMaxMaskedRows);
             new (self)
                 PyPlan(tree, planner, qo, kv, dim, bytes, kv_bytes, device_info, headroom, group);
           },

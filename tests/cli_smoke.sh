@@ -202,7 +202,10 @@ ok "plan paths group" "$CLI" plan --levels 'N=1,4,64 C=64,32,8' --planner paths 
   --heads 32/32
 grep -q "^paths  *paths  *4 " "$TMP/out" ||
   { echo "FAIL: paths --paths-group 16 is not 4 items"; cat "$TMP/out"; failures=$((failures + 1)); }
-ok "check paths group" "$CLI" check --levels 'N=1,4,64 C=64,32,8' --planner paths --paths-group 3
+ok "check paths group" "$CLI" check --levels 'N=1,4,64 C=64,32,8' --planner paths --paths-group 3 \
+  --json
+grep -q '"paths_group": 3' "$TMP/out" ||
+  { echo "FAIL: check --json lacks the paths group"; cat "$TMP/out"; failures=$((failures + 1)); }
 
 # JSON strings escape control characters (json_escape, cli_util.h): a tree file whose name holds
 # one, through plan --json and, where a GPU is present, bench --json.

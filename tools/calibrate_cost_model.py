@@ -135,18 +135,25 @@ def plan_all(trees, dev, planners, groups=(0,)):
             name += f" heads={qo or 32}/{kv or 8}"
         for p in planners:
             for g in groups if p in ("paths", "auto") else (0,):
-                out[(s, name, p, g)] = treeattn.plan(tree, planner=p, device=dev, paths_group=g)
+                kw = {"paths_group": g} if g else {}  # (a treeattn without the option: g = 0)
+                out[(s, name, p, g)] = treeattn.plan(tree, planner=p, device=dev, **kw)
     return out
+
+
+def paths_group(r):
+    """The paths group a result's plan used: bench --paths-group's `paths_group`, or `paths_k` of
+    stop 40's probe sweep (h100-2026-11-27-s40-paths-sweep.json); 0 = the cost model's."""
+    return r.get("paths_group", r.get("paths_k", 0))
 
 
 def result_key(r):
     """A result's (set, workload, planner, paths group): its plan in plan_all's dict."""
-    return (r["set"], r["workload"], r["planner"], r.get("paths_group", 0))
+    return (r["set"], r["workload"], r["planner"], paths_group(r))
 
 
 def label(r):
-    """A result's planner, with /gK where bench --paths-group fixed the paths group."""
-    g = r.get("paths_group", 0)
+    """A result's planner, with /gK where the paths group was fixed."""
+    g = paths_group(r)
     return r["planner"] + (f"/g{g}" if g else "")
 
 
@@ -236,7 +243,7 @@ def main():
     bench = json.load(open(args.results))
     res = bench["results"]
     trees = problems(res)
-    groups = sorted({r.get("paths_group", 0) for r in res} | {0})
+    groups = sorted({paths_group(r) for r in res} | {0})
     by_key = plan_all(trees, device(args.plan_device), treeattn.planners(), groups)
     rows, bad = [], 0
     for r in res:
@@ -312,7 +319,7 @@ def main():
     print("worst fits (log est/measured):")
     for i in worst:
         r = rows[i][0]
-        print(f"  {errs[i]:+.2f} {r['workload'][:58]:58s} {r['planner']:10s} "
+        print(f"  {errs[i]:+.2f} {r['workload'][:58]:58s} {label(r):10s} "
               f"meas {meas[i]:8.1f} est {est[i]:8.1f}")
 
     # ---- what auto picks on --auto-device (a preset: rebuild after putting the fit in it)
@@ -341,7 +348,7 @@ def main():
             for name, r in pl.items():
                 p = by_key.get(result_key(r))
                 if p is not None and plan_key(p, auto_dev) == a_key and r["items"] == a.num_items:
-                    if pick is None or name != "auto":
+                    if pick is None or not name.startswith("auto"):
                         pick = (name, r)
         if pick is None:
             print(f"  ? {s:8s} {w[:60]:60s} (auto's plan was not measured)")
@@ -360,7 +367,7 @@ def main():
                   f"query {pl['query']['median_ms']*1e3:.1f} us")
         if ratio > 1.15:
             print(f"  {ratio:.2f}x best: {s} {w[:56]} pick {pick[0]} "
-                  f"{r['median_ms']*1e3:.1f} us, best {best['planner']} "
+                  f"{r['median_ms']*1e3:.1f} us, best {label(best)} "
                   f"{best['median_ms']*1e3:.1f} us")
     print(f"{'set':11s} {'lines':>5s} {'measured':>8s} {'=best':>5s} {'>query':>6s} "
           f"{'mean x best':>11s} {'max x best':>10s} {'gm best':>8s} {'gm auto':>8s} "

@@ -21,7 +21,7 @@ probe() {  # name, kernel regex, input flags ...
   local name=$1 re=$2
   shift 2
   ncu_sass "$name" "$re" "$(lim 60)" --launch-skip 10 --warp-sampling-interval 0 -- \
-    ./build-final/treeattn bench "$@" --planner auto --runs 50 ||
+    ./build-final/treeattn bench "$@" --planner auto --baseline off --runs 50 ||
     { tail -5 "$W/$name.log" | tee -a "$S"; return; }
   stall_report "$name" "$*"
   (cd bench/ab && python3 stall_totals.py "$W/$name.csv") | tee -a "$S" >>"$OUT/stalls.txt"

@@ -70,6 +70,12 @@ PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
   return o;
 }
 
+int32_t fixed_paths_group(const PlanOptions& opts) {
+  return opts.paths_group > 0
+             ? std::min(opts.paths_group, planners::max_queries_per_item(opts, /*masked=*/true))
+             : 0;
+}
+
 Plan make_plan(const PrefixTree& tree, const PlanOptions& opts) {
   validate_plan_options(opts);
   TA_CHECK_ARG(tree.page_size >= 1, "page_size", "must be >= 1, got ", tree.page_size);

@@ -124,6 +124,7 @@ TEST(PlannersPaths, AFixedGroupSizeCutsThePreorderIntoGroupsOfIt) {
   const std::vector<PrefixTree> trees = {tree_from_levels(parse_levels("N=1,4,256 C=8,256,32")),
                                          tree_from_levels(parse_levels("N=1,3,7,50 C=9,33,17,5")),
                                          random_tree(5, RandomTreeOptions())};
+  int auto_took_paths = 0;
   for (size_t ti = 0; ti < trees.size(); ++ti) {
     const PrefixTree& tree = trees[ti];
     const int32_t nq = tree.num_queries();
@@ -143,12 +144,17 @@ TEST(PlannersPaths, AFixedGroupSizeCutsThePreorderIntoGroupsOfIt) {
         for (const WorkItem& it : plan.items) (it.num_rows == k ? full : rest) += it.num_rows;
         EXPECT_EQ(full, nq / k * k) << what;
         EXPECT_EQ(rest, nq % k) << what;
+        EXPECT_EQ(fixed_paths_group(o), k) << what;
         o.planner = "auto";
         const Plan a = make_plan(tree, o);
-        if (a.chosen_planner == "paths") EXPECT_EQ(a.items.size(), plan.items.size()) << what;
+        if (a.chosen_planner == "paths") {
+          EXPECT_EQ(a.items.size(), plan.items.size()) << what;
+          ++auto_took_paths;
+        }
       }
     }
   }
+  EXPECT_GT(auto_took_paths, 0);  // the auto half of the check ran
 }
 
 }  // namespace

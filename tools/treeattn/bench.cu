@@ -174,7 +174,7 @@ struct Result {
   std::string grouped_kernel = "legacy";  ///< setting of the kM64/kM128 kernel (--grouped-kernel)
   std::string grouped_run = "-,-";  ///< kernel kM64 and kM128 ran on ("-": no items of the class)
   std::string partials = "half";    ///< partial output precision (--partials)
-  int32_t paths_group = 0;          ///< PlanOptions::paths_group (--paths-group)
+  int32_t paths_group = 0;          ///< the paths group used (fixed_paths_group of --paths-group)
 };
 
 /// One setting to time each plan on: set_grouped_kernel, set_partial_precision, set_short_m16 and
@@ -246,7 +246,7 @@ bool run_one(const Problem& pb, const std::string& planner, int32_t paths_group,
     Result* res = &one;
     res->grouped_kernel = ks.name;
     res->partials = partials_name(ks.partials);
-    res->paths_group = paths_group;
+    res->paths_group = fixed_paths_group(planner_options(planner, pb, g_device, paths_group));
     res->grouped_run.clear();
     for (TileClass cls : {TileClass::kM64, TileClass::kM128}) {
       const bool any = dp.layout().class_items_planned[static_cast<int>(cls)] > 0;
@@ -281,7 +281,8 @@ bool run_one(const Problem& pb, const std::string& planner, int32_t paths_group,
       g_timeline.stream = tm.stream;
       g_timeline.flush = tm.flush;
       g_timeline.flush_bytes = tm.flush_bytes;
-      timeline_line(dp, a, g_timeline, line_name(pb), planner);
+      timeline_line(dp, a, g_timeline, line_name(pb),
+                    paths_group > 0 ? planner + "/g" + std::to_string(res->paths_group) : planner);
     }
     res->items = static_cast<int64_t>(plan.items.size());
     res->est_us = stats.est_time_us;
@@ -362,7 +363,8 @@ int bench_command(int argc, char** argv) {
                    "queries per item of the paths planner, also as auto's candidate "
                    "(PlanOptions::paths_group): 0 (default: the cost model's choice), 1-64, or a "
                    "comma list of them; with several, the paths and auto plans of each line are "
-                   "built and timed once per value"});
+                   "built and timed once per group size used (a value above the head group's cap "
+                   "is the cap)"});
   flags.push_back({"partials", true,
                    "precision of the partial outputs (set_partial_precision): fp32, half or a "
                    "comma list of them, timed on each like --grouped-kernel (with both lists, "
@@ -538,7 +540,11 @@ int bench_command(int argc, char** argv) {
         (with_baseline || query_listed) &&
         run_one(pb, "query", 0, in, ref, runs, tm,
                 query_listed ? kernels : std::vector<KernelSetting>{kernels.front()}, &base);
+    std::set<std::pair<std::string, int32_t>> timed;  // (planner, group used): once a line
     for (const auto& [pl, group] : planner_runs) {
+      if (group > 0 &&
+          !timed.insert({pl, fixed_paths_group(planner_options(pl, pb, g_device, group))}).second)
+        continue;  // a group above the head group's cap: the plan of a smaller one, timed already
       std::vector<Result> rs;
       if (pl == "query") {
         if (!have_base) continue;  // the baseline's failure is already counted

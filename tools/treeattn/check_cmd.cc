@@ -125,7 +125,8 @@ int check_command(int argc, char** argv) {
   int total = 0, passed = 0;
   int64_t compared_queries = 0, compared_heads = 0;
   json.text() << "{\"command\": \"check\", \"device\": \"" << dev.name
-              << "\", \"tolerance\": " << json_number(tolerance) << ", \"results\": [";
+              << "\", \"paths_group\": " << paths_group
+              << ", \"tolerance\": " << json_number(tolerance) << ", \"results\": [";
   for (const Problem& given : problems) {
     Problem p = given;
     p.tree = compact_pages(given.tree);

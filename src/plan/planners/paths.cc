@@ -84,11 +84,11 @@ class PathGrouper {
 void paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
            PlanBuilder* b) {
   PathGrouper grouper(tree, index);
-  const int32_t cap = max_queries_per_item(opts, /*masked=*/true);
   if (opts.paths_group > 0) {
-    grouper.emit(std::min(cap, opts.paths_group), b);
+    grouper.emit(fixed_paths_group(opts), b);
     return;
   }
+  const int32_t cap = max_queries_per_item(opts, /*masked=*/true);
   const PlanShape shape = plan_shape(tree, opts);
   int32_t best_k = 1;
   double best_us = std::numeric_limits<double>::infinity();
