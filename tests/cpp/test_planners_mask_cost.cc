@@ -1,15 +1,20 @@
 // The cost model's mask term: the cost-only PlanBuilder sees exactly which items end up masked
 // (its estimate equals estimate_plan_us of the full plan for every planner, with a mask penalty
 // in force), and a masked item costs (1 + mask_penalty) x the same item unmasked. Also the
-// occupancy term: a kM128 CTA takes all of an SM's slots when one is resident per SM.
+// occupancy term: a kM128 CTA takes all of an SM's slots when one is resident per SM. And
+// masked_mma_fraction (which steps over a range's whole slices at once) against a walk of the
+// item's tokens one by one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "plan/planners/planners.h"
 #include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/planner.h"
+#include "treeattn/plan/tile_policy.h"
 #include "treeattn/tree/levels.h"
 #include "treeattn/tree/random_tree.h"
 
@@ -176,6 +181,59 @@ TEST(PlannersMaskCost, KM128CtaTakesAllOfAnSmsSlots) {
   EXPECT_EQ(device_preset("h100").m128_ctas_per_sm, 1);
   d.m128_ctas_per_sm = -1;
   EXPECT_THROW(validate_device(d), std::invalid_argument);
+}
+
+/// masked_mma_fraction by walking the item's tokens one at a time: token t is in slice
+/// t / slice; a slab runs a slice when a mask word of its tokens has one of the slab's rows.
+double token_walk_fraction(TileClass tile, int group, int head_dim, int rows,
+                           const std::vector<int32_t>& lens, const std::vector<uint64_t>& masks,
+                           bool wgmma) {
+  const int cfg = tile == TileClass::kM16 ? tile::kConfigDeep : static_cast<int>(tile);
+  const int64_t slice = tile::warp_tokens(cfg, head_dim);
+  const int per_slab = tile::mma_slab_rows(cfg, head_dim, wgmma);
+  const int packed = rows * group;
+  const int slabs = std::clamp((packed + per_slab - 1) / per_slab, 1, 128 / per_slab);
+  std::vector<uint64_t> seen;  // per slice
+  int64_t t = 0;
+  for (size_t j = 0; j < lens.size(); ++j)
+    for (int32_t k = 0; k < lens[j]; ++k, ++t) {
+      if (static_cast<size_t>(t / slice) >= seen.size()) seen.push_back(0);
+      seen[t / slice] |= masks[j];
+    }
+  if (seen.empty()) return 1.0;
+  int64_t active = 0;
+  for (const uint64_t m : seen)
+    for (int s = 0; s < slabs; ++s)
+      active += (m & tile::slab_row_bits(per_slab * s, per_slab, packed, group)) != 0;
+  return static_cast<double>(active) / static_cast<double>(seen.size() * slabs);
+}
+
+TEST(PlannersMaskCost, MaskedMmaFractionMatchesATokenWalk) {
+  std::mt19937_64 rng(7);
+  const TileClass tiles[] = {TileClass::kM16, TileClass::kM64, TileClass::kM128};
+  for (int trial = 0; trial < 4000; ++trial) {
+    const TileClass tile = tiles[rng() % 3];
+    const int head_dim = 64 << (rng() % 3);
+    const int group = 1 << (rng() % 5);  // 1 .. 16 packed rows a query
+    const int max_rows = std::max(1, std::min(64, 128 / group));
+    const int rows = 1 + static_cast<int>(rng() % max_rows);
+    const bool wgmma = rng() % 2;
+    std::vector<int32_t> lens(rng() % 9);
+    std::vector<uint64_t> masks(lens.size());
+    for (size_t j = 0; j < lens.size(); ++j) {
+      // short ranges (inside a slice), ranges of whole slices, long ones; some empty
+      const int kind = static_cast<int>(rng() % 4);
+      lens[j] = kind == 0   ? static_cast<int32_t>(rng() % 5)
+                : kind == 1 ? 16 * static_cast<int32_t>(1 + rng() % 8)
+                            : static_cast<int32_t>(rng() % 700);
+      const uint64_t rows_mask = rows >= 64 ? ~0ull : (1ull << rows) - 1;
+      masks[j] = rng() % 5 == 0 ? rows_mask : rng() & rows_mask;
+    }
+    const double fast = masked_mma_fraction(tile, group, head_dim, rows, lens.data(), masks.data(),
+                                            lens.size(), wgmma);
+    const double walk = token_walk_fraction(tile, group, head_dim, rows, lens, masks, wgmma);
+    ASSERT_EQ(fast, walk) << "trial " << trial;
+  }
 }
 
 }  // namespace

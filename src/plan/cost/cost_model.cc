@@ -54,6 +54,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -198,13 +199,54 @@ double dispatch_makespan(std::vector<CtaRun>* runs, int64_t sms, int64_t spm, in
   heap.clear();
   for (int64_t i = 0; i < sms * spm; ++i) heap.push_back({0.0, i});  // sorted: a min-heap
   double makespan = 0;
+  // Each CTA goes to the least-loaded slot: every step takes the minimum of (busy until, slot),
+  // a total order (slots are unique), so any structure that yields the minima in order gives
+  // the same assignment. A few CTAs: the heap's root takes the CTA's time and sinks. A run of
+  // identical CTAs of at least a quarter of the slots: the slots sorted, the slots that took a CTA
+  // queue up in the order they took it, which is their order too (each took the same time), so
+  // every step takes the smaller head of the two; they merge back into a sorted array, a valid
+  // heap (O(n + S) for the run instead of O(n log S)).
+  thread_local std::vector<Slot> taken, merged;
+  bool sorted = true;  // the heap array is sorted (the start, and after a run of many)
   auto place = [&](const CtaRun& run) {
-    for (int64_t k = 0; k < run.n; ++k) {
-      std::pop_heap(heap.begin(), heap.end(), later);
-      heap.back().first += run.us;
-      makespan = std::max(makespan, heap.back().first);
-      std::push_heap(heap.begin(), heap.end(), later);
+    const size_t size = heap.size();
+    if (run.n < static_cast<int64_t>(size / 4)) {
+      sorted = false;
+      for (int64_t k = 0; k < run.n; ++k) {
+        heap[0].first += run.us;
+        makespan = std::max(makespan, heap[0].first);
+        const Slot x = heap[0];
+        size_t i = 0;
+        for (;;) {
+          size_t c = 2 * i + 1;
+          if (c >= size) break;
+          if (c + 1 < size && later(heap[c], heap[c + 1])) ++c;  // the smaller child
+          if (!later(x, heap[c])) break;
+          heap[i] = heap[c];
+          i = c;
+        }
+        heap[i] = x;
+      }
+      return;
     }
+    if (!sorted) std::sort(heap.begin(), heap.end());
+    sorted = true;
+    taken.clear();
+    size_t a = 0, b = 0;
+    for (int64_t k = 0; k < run.n; ++k) {
+      Slot x = b < taken.size() && (a == size || taken[b] < heap[a]) ? taken[b++] : heap[a++];
+      x.first += run.us;
+      makespan = std::max(makespan, x.first);
+      taken.push_back(x);
+      // (two loads an ulp apart may round to one: the slot ids then order them)
+      for (size_t i = taken.size() - 1; i > b && taken[i] < taken[i - 1]; --i)
+        std::swap(taken[i], taken[i - 1]);
+    }
+    merged.clear();
+    std::merge(heap.begin() + static_cast<std::ptrdiff_t>(a), heap.end(),
+               taken.begin() + static_cast<std::ptrdiff_t>(b), taken.end(),
+               std::back_inserter(merged));
+    heap.swap(merged);
   };
   size_t r = 0;
   for (; r < runs->size() && !(chunk > 1 && (*runs)[r].cls == 2); ++r) place((*runs)[r]);
@@ -223,6 +265,7 @@ double dispatch_makespan(std::vector<CtaRun>* runs, int64_t sms, int64_t spm, in
       heap.push_back({t, c * sms + sm});
     }
   std::make_heap(heap.begin(), heap.end(), later);
+  sorted = false;
   for (; r < runs->size(); ++r) place((*runs)[r]);
   return makespan;
 }
@@ -241,23 +284,45 @@ double masked_mma_fraction(TileClass tile, int group, int head_dim, int rows, co
   uint64_t slab_rows[8] = {};
   for (int s = 0; s < slabs; ++s)
     slab_rows[s] = tile::slab_row_bits(rows_per_slab * s, rows_per_slab, packed, group);
-  int64_t active = 0, slices = 0, pos = 0;
-  uint64_t seen = 0;  // OR of the masks of the open slice
-  auto close_slice = [&] {
-    for (int s = 0; s < slabs; ++s) active += (seen & slab_rows[s]) != 0;
-    ++slices;
-    seen = 0;
+  // slabs whose rows a slice seen by `mask` reaches: the MMAs of one slice
+  const auto slabs_seen = [&](uint64_t mask) {
+    int64_t a = 0;
+    for (int s = 0; s < slabs; ++s) a += (mask & slab_rows[s]) != 0;
+    return a;
   };
+  int64_t active = 0, slices = 0;
+  int64_t in = 0;     // tokens of the open slice so far (0: no slice open)
+  uint64_t seen = 0;  // OR of the masks of the open slice
   for (size_t j = 0; j < n; ++j) {
-    for (int64_t left = lens[j]; left > 0;) {
-      const int64_t take = std::min(left, slice - pos % slice);
+    int64_t left = lens[j];
+    if (left <= 0) continue;
+    if (in > 0) {  // the range first completes the open slice
+      const int64_t take = std::min(left, slice - in);
       seen |= masks[j];
-      pos += take;
+      in += take;
       left -= take;
-      if (pos % slice == 0) close_slice();
+      if (in < slice) continue;
+      active += slabs_seen(seen);
+      ++slices;
+      in = 0;
+      seen = 0;
+    }
+    // whole slices of this range alone, in one step (an item's shared nodes: many slices)
+    const int64_t whole = left / slice;
+    if (whole > 0) {
+      active += whole * slabs_seen(masks[j]);
+      slices += whole;
+      left -= whole * slice;
+    }
+    if (left > 0) {  // its last tokens open the next slice
+      seen = masks[j];
+      in = left;
     }
   }
-  if (pos % slice != 0) close_slice();
+  if (in > 0) {
+    active += slabs_seen(seen);
+    ++slices;
+  }
   return slices == 0 ? 1.0 : static_cast<double>(active) / static_cast<double>(slices * slabs);
 }
 
