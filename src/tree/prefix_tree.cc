@@ -116,7 +116,7 @@ void check_pages(const PrefixTree& tree) {
     sorted_used.reserve(listed);
     for (const int32_t v : order)
       sorted_used.insert(sorted_used.end(), tree.nodes[v].pages.begin(), tree.nodes[v].pages.end());
-    std::sort(sorted_used.begin(), sorted_used.end());
+    detail::sort_page_ids(&sorted_used);
   }
   std::vector<int32_t> repeated;  // sparse: the page ids listed more than once (usually few)
   for (size_t k = 1; k < sorted_used.size(); ++k)
@@ -179,7 +179,7 @@ void check_pages(const PrefixTree& tree) {
   }
   if (!dense && !tree.free_pages.empty()) {
     std::vector<int32_t> f(tree.free_pages);
-    std::sort(f.begin(), f.end());
+    detail::sort_page_ids(&f);  // (in range: checked above)
     const auto dup = std::adjacent_find(f.begin(), f.end());
     TA_CHECK_ARG(dup == f.end(), "free_pages", "page id ", *dup, " is listed twice");
   }
@@ -364,6 +364,27 @@ std::vector<int32_t> preorder_of(const PrefixTree& tree) {
   std::vector<int32_t> ptr, ids, roots;
   children_csr(tree, &ptr, &ids, &roots);
   return preorder_csr(ptr, ids, roots);
+}
+
+void sort_page_ids(std::vector<int32_t>* ids) {
+  std::vector<int32_t>& v = *ids;
+  if (v.size() < 256) {
+    std::sort(v.begin(), v.end());
+    return;
+  }
+  constexpr int kBits = 11;
+  constexpr uint32_t kDigits = 1u << kBits;
+  const uint32_t hi = static_cast<uint32_t>(*std::max_element(v.begin(), v.end()));
+  thread_local std::vector<int32_t> tmp;
+  tmp.resize(v.size());
+  std::vector<size_t> start(kDigits + 1);
+  for (int shift = 0; shift < 32 && (shift == 0 || (hi >> shift) != 0); shift += kBits) {
+    std::fill(start.begin(), start.end(), 0);
+    for (const int32_t x : v) ++start[((static_cast<uint32_t>(x) >> shift) & (kDigits - 1)) + 1];
+    for (uint32_t d = 0; d < kDigits; ++d) start[d + 1] += start[d];
+    for (const int32_t x : v) tmp[start[(static_cast<uint32_t>(x) >> shift) & (kDigits - 1)]++] = x;
+    v.swap(tmp);
+  }
 }
 
 PrefixTree assemble_tree(const std::vector<int32_t>& parents, const std::vector<int32_t>& tokens,

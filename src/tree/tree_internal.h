@@ -38,6 +38,10 @@ std::vector<int32_t> preorder_csr(const std::vector<int32_t>& ptr, const std::ve
                                   const std::vector<int32_t>& roots);
 /// Live nodes in preorder (children in index order), iteratively; nodes on a cycle are skipped.
 std::vector<int32_t> preorder_of(const PrefixTree& tree);
+/// Sorts non-negative values (page ids) ascending, as std::sort would: an LSD radix sort of 11
+/// bits a pass, as many passes as the largest value needs (std::sort below 256 values). O(n):
+/// the sort of a serving tree's tens of thousands of listed pages was most of validate().
+void sort_page_ids(std::vector<int32_t>* ids);
 
 /// Node ids -> node indices over the live nodes of a tree. Ids are usually small (builders use
 /// the node index), so a table over [min id, min id + 4n + 64) serves them in O(n); other id sets

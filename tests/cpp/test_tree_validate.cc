@@ -1,11 +1,17 @@
 // validate() errors (one test per error, each checking the message names the offender), the
 // derived views (build_index, query_path, query_context, unique_tokens), page ownership with a
-// page count far above the pages listed, and a 100000-node chain.
+// page count far above the pages listed (with the radix sort of page ids behind it, against
+// std::sort), and a 100000-node chain.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
+#include <random>
 #include <type_traits>
+#include <vector>
 
 #include "test_tree_util.h"
+#include "tree/tree_internal.h"
 #include "treeattn/tree/block_tables.h"
 #include "treeattn/tree/prefix_tree.h"
 #include "treeattn/tree/random_tree.h"
@@ -167,6 +173,47 @@ TEST(TreeValidate, PageOwnershipWithFarMoreIdsThanPages) {
         tree_from_block_tables({{1, 5, 6}, {2, 5, 6}}, {48, 48}, 16, 1 << 30);
       },
       {"page 5", "another prefix"});
+}
+
+TEST(TreeValidate, PageIdSortIsStdSort) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t n = trial < 20 ? static_cast<size_t>(trial) * 20 : rng() % 6000;
+    const int64_t hi = trial % 3 == 0 ? 2 : trial % 3 == 1 ? 70000 : int64_t{INT32_MAX};
+    std::vector<int32_t> v(n);
+    for (int32_t& x : v) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(hi + 1));
+    if (n > 2 && trial % 5 == 0) v[n / 2] = INT32_MAX;  // the largest id: all 3 passes
+    std::vector<int32_t> want = v;
+    std::sort(want.begin(), want.end());
+    detail::sort_page_ids(&v);
+    ASSERT_EQ(v, want) << "trial " << trial << " n " << n;
+  }
+}
+
+TEST(TreeValidate, PageOwnershipOfManyPagesFarBelowNumPages) {
+  // 400 requests of 3 private pages under a shared 2-page prompt, ids spread up to 2^30, in a
+  // cache of 2^31 - 1 pages: the listed pages (>= 256) take the radix sort; the same rules hold.
+  std::vector<std::vector<int32_t>> bt;
+  std::vector<int64_t> lens;
+  for (int32_t r = 0; r < 400; ++r) {
+    bt.push_back({7, 1 << 30, 1000 + 3 * r * 997, 1001 + 3 * r * 997, 1002 + 3 * r * 997});
+    lens.push_back(5 * 16);
+  }
+  PrefixTree t = tree_from_block_tables(bt, lens, 16, INT32_MAX);
+  EXPECT_NO_THROW(validate(t));
+  std::vector<std::vector<int32_t>> clash = bt;  // request 399 reuses request 3's last page
+  clash[399][4] = clash[3][4];
+  expect_invalid([&] { tree_from_block_tables(clash, lens, 16, INT32_MAX); },
+                 {"page", "another prefix"});
+  PrefixTree pool = t;  // 300 free pages far apart, then one in use, then one listed twice
+  for (int32_t k = 0; k < 300; ++k) pool.free_pages.push_back(5 + k * 1000003);
+  EXPECT_NO_THROW(validate(pool));
+  PrefixTree in_use = pool;
+  in_use.free_pages.push_back(7);
+  expect_invalid([&] { validate(in_use); }, {"free_pages[300]", "in use"});
+  PrefixTree twice = pool;
+  twice.free_pages.push_back(5 + 17 * 1000003);
+  expect_invalid([&] { validate(twice); }, {"free_pages", "listed twice"});
 }
 
 TEST(TreeValidate, DeepChain100000) {
