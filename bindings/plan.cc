@@ -89,10 +89,8 @@ std::shared_ptr<const PlanState> plan_copy(const PrefixTree& t, const std::strin
                                            int32_t paths_group) {
   TA_CHECK_ARG(dtype_bytes == 2 || dtype_bytes == 4, "dtype_bytes", "expected 2 or 4, got ",
                dtype_bytes);
-  PlanOptions o = make_plan_options(planner, num_qo_heads, num_kv_heads, head_dim, device,
-                                    dtype_bytes, kv_dtype_bytes);
-  o.paths_group = paths_group;
-  validate_plan_options(o);
+  const PlanOptions o = make_plan_options(planner, num_qo_heads, num_kv_heads, head_dim, device,
+                                          dtype_bytes, kv_dtype_bytes, paths_group);
   PrefixTree copy = t;
   nb::gil_scoped_release release;
   return make_plan_state(std::move(copy), o);

@@ -57,7 +57,7 @@ void validate_plan_options(const PlanOptions& opts) {
 
 PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
                               int32_t num_kv_heads, int32_t head_dim, const DeviceInfo& device,
-                              int32_t dtype_bytes, int32_t kv_dtype_bytes) {
+                              int32_t dtype_bytes, int32_t kv_dtype_bytes, int32_t paths_group) {
   PlanOptions o;
   o.planner = planner;
   o.num_qo_heads = num_qo_heads;
@@ -65,6 +65,7 @@ PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
   o.head_dim = head_dim;
   o.dtype_bytes = dtype_bytes;
   o.kv_dtype_bytes = kv_dtype_bytes;
+  o.paths_group = paths_group;
   o.device = device;
   validate_plan_options(o);
   return o;

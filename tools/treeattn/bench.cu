@@ -220,12 +220,20 @@ std::string line_name(const Problem& pb) {
          std::to_string(pb.num_kv_heads);
 }
 
+/// A planner's name with "/g16" when the paths group size was fixed (16).
+std::string planner_label(const std::string& planner, int32_t group) {
+  return group > 0 ? planner + "/g" + std::to_string(group) : planner;
+}
+
 bool run_one(const Problem& pb, const std::string& planner, int32_t paths_group,
              const DeviceInputs& in, const OracleSample& ref, int runs, Timer& tm,
              const std::vector<KernelSetting>& kernels, std::vector<Result>* results) {
   Plan plan;
+  int32_t group_used = 0;  // fixed_paths_group: what a group above the head group's cap becomes
   try {
-    plan = make_plan(pb.tree, planner_options(planner, pb, g_device, paths_group));
+    const PlanOptions opts = planner_options(planner, pb, g_device, paths_group);
+    group_used = fixed_paths_group(opts);
+    plan = make_plan(pb.tree, opts);
   } catch (const std::exception& e) {
     std::printf("  !!!! PLANNER FAILED: %s planner=%s: %s (line skipped: counted as a failure)\n",
                 pb.name.c_str(), planner.c_str(), e.what());
@@ -246,7 +254,7 @@ bool run_one(const Problem& pb, const std::string& planner, int32_t paths_group,
     Result* res = &one;
     res->grouped_kernel = ks.name;
     res->partials = partials_name(ks.partials);
-    res->paths_group = fixed_paths_group(planner_options(planner, pb, g_device, paths_group));
+    res->paths_group = group_used;
     res->grouped_run.clear();
     for (TileClass cls : {TileClass::kM64, TileClass::kM128}) {
       const bool any = dp.layout().class_items_planned[static_cast<int>(cls)] > 0;
@@ -281,8 +289,7 @@ bool run_one(const Problem& pb, const std::string& planner, int32_t paths_group,
       g_timeline.stream = tm.stream;
       g_timeline.flush = tm.flush;
       g_timeline.flush_bytes = tm.flush_bytes;
-      timeline_line(dp, a, g_timeline, line_name(pb),
-                    paths_group > 0 ? planner + "/g" + std::to_string(res->paths_group) : planner);
+      timeline_line(dp, a, g_timeline, line_name(pb), planner_label(planner, group_used));
     }
     res->items = static_cast<int64_t>(plan.items.size());
     res->est_us = stats.est_time_us;
@@ -293,10 +300,9 @@ bool run_one(const Problem& pb, const std::string& planner, int32_t paths_group,
 }
 
 /// The planner column: the planner, with "/ws" or "/legacy" when several grouped kernels run and
-/// "/g16" when --paths-group fixed the paths planner's group size.
+/// "/g16" when --paths-group fixed the paths planner's group size (planner_label).
 std::string display_planner(const Result& r, size_t num_kernels) {
-  const std::string p =
-      r.paths_group > 0 ? r.planner + "/g" + std::to_string(r.paths_group) : r.planner;
+  const std::string p = planner_label(r.planner, r.paths_group);
   return num_kernels > 1 ? p + "/" + r.grouped_kernel : p;
 }
 

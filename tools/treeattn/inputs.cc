@@ -213,11 +213,8 @@ int32_t paths_group_flag(const Args& a) {
 
 PlanOptions planner_options(const std::string& name, const Problem& p, const DeviceInfo& dev,
                             int32_t paths_group) {
-  PlanOptions o = make_plan_options(name, p.num_qo_heads, p.num_kv_heads, p.head_dim, dev, 2,
-                                    p.kv_dtype_bytes());
-  o.paths_group = paths_group;
-  validate_plan_options(o);
-  return o;
+  return make_plan_options(name, p.num_qo_heads, p.num_kv_heads, p.head_dim, dev, 2,
+                           p.kv_dtype_bytes(), paths_group);
 }
 
 DeviceInfo device_flag(const Args& a) {

@@ -41,7 +41,7 @@ void validate_plan_options(const PlanOptions& opts);
 PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
                               int32_t num_kv_heads, int32_t head_dim,
                               const DeviceInfo& device = DeviceInfo(), int32_t dtype_bytes = 2,
-                              int32_t kv_dtype_bytes = 0);
+                              int32_t kv_dtype_bytes = 0, int32_t paths_group = 0);
 
 /// The paths planner's queries per item when opts.paths_group fixes it: paths_group lowered to
 /// the head group's cap (128 packed rows, kMaxMaskedRows rows); 0 when the cost model chooses.
