@@ -438,6 +438,7 @@ void register_tree(nb::module_& m) {
   def_field(device_info, "tile_latency_us", &DeviceInfo::tile_latency_us);
   def_field(device_info, "tile_latency_m128_us", &DeviceInfo::tile_latency_m128_us);
   def_field(device_info, "tile_latency_ws_m128_us", &DeviceInfo::tile_latency_ws_m128_us);
+  def_field(device_info, "tile_latency_ws_m64_us", &DeviceInfo::tile_latency_ws_m64_us);
   def_field(device_info, "mma_efficiency_ws_m128", &DeviceInfo::mma_efficiency_ws_m128);
   def_field(device_info, "l2_read_GBps", &DeviceInfo::l2_read_GBps);
   def_field(device_info, "tile_latency_wide_us", &DeviceInfo::tile_latency_wide_us);

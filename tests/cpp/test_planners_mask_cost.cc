@@ -1,9 +1,9 @@
 // The cost model's mask term: the cost-only PlanBuilder sees exactly which items end up masked
 // (its estimate equals estimate_plan_us of the full plan for every planner, with a mask penalty
-// in force), and a masked item costs (1 + mask_penalty) x the same item unmasked. Also the
-// occupancy term: a kM128 CTA takes all of an SM's slots when one is resident per SM. And
-// masked_mma_fraction (which steps over a range's whole slices at once) against a walk of the
-// item's tokens one by one.
+// in force), and a masked item costs (1 + mask_penalty x the share of its pairs that test the
+// mask) x the same item unmasked. Also the occupancy term: a kM128 CTA takes all of an SM's slots
+// when one is resident per SM. And masked_work (which steps over a range's whole slices at once)
+// against a walk of the item's tokens one by one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -106,6 +106,14 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   const double path_masked = estimate_items_us(d, s, &it, 1, {});
   EXPECT_NEAR(path_masked - d.launch_overhead_us, 1.2 * (plain - d.launch_overhead_us),
               1e-9 * plain);
+  // the penalty scales with the share of the pairs that test the mask (the rest run unmasked)
+  it.tested_fraction = 0.25;
+  EXPECT_NEAR(estimate_items_us(d, s, &it, 1, {}) - d.launch_overhead_us,
+              1.05 * (plain - d.launch_overhead_us), 1e-9 * plain);
+  it.whole_paths = false;
+  EXPECT_NEAR(estimate_items_us(d, s, &it, 1, {}) - d.launch_overhead_us,
+              1.125 * (plain - d.launch_overhead_us), 1e-9 * plain);
+  it.tested_fraction = 1.0;
   it.whole_paths = false;
   it.tile = TileClass::kM16;  // kM16 items: mask_penalty_m16
   d.mask_penalty_m16 = 0.25;
@@ -183,34 +191,48 @@ TEST(PlannersMaskCost, KM128CtaTakesAllOfAnSmsSlots) {
   EXPECT_THROW(validate_device(d), std::invalid_argument);
 }
 
-/// masked_mma_fraction by walking the item's tokens one at a time: token t is in slice
-/// t / slice; a slab runs a slice when a mask word of its tokens has one of the slab's rows.
-double token_walk_fraction(TileClass tile, int group, int head_dim, int rows,
-                           const std::vector<int32_t>& lens, const std::vector<uint64_t>& masks,
-                           bool wgmma) {
+/// masked_work by walking the item's tokens one at a time: token t is in slice t / slice; a slab
+/// runs a slice when a mask word of its tokens has one of the slab's rows, and tests the mask
+/// unless every word has all of them and the slice is whole (the item does not end inside it).
+MaskedWork token_walk(TileClass tile, int group, int head_dim, int rows,
+                      const std::vector<int32_t>& lens, const std::vector<uint64_t>& masks,
+                      bool wgmma) {
   const int cfg = tile == TileClass::kM16 ? tile::kConfigDeep : static_cast<int>(tile);
   const int64_t slice = tile::warp_tokens(cfg, head_dim);
   const int per_slab = tile::mma_slab_rows(cfg, head_dim, wgmma);
   const int packed = rows * group;
   const int slabs = std::clamp((packed + per_slab - 1) / per_slab, 1, 128 / per_slab);
-  std::vector<uint64_t> seen;  // per slice
+  std::vector<uint64_t> any, all;  // per slice
   int64_t t = 0;
   for (size_t j = 0; j < lens.size(); ++j)
     for (int32_t k = 0; k < lens[j]; ++k, ++t) {
-      if (static_cast<size_t>(t / slice) >= seen.size()) seen.push_back(0);
-      seen[t / slice] |= masks[j];
+      if (static_cast<size_t>(t / slice) >= any.size()) {
+        any.push_back(0);
+        all.push_back(~0ull);
+      }
+      any[t / slice] |= masks[j];
+      all[t / slice] &= masks[j];
     }
-  if (seen.empty()) return 1.0;
-  int64_t active = 0;
-  for (const uint64_t m : seen)
-    for (int s = 0; s < slabs; ++s)
-      active += (m & tile::slab_row_bits(per_slab * s, per_slab, packed, group)) != 0;
-  return static_cast<double>(active) / static_cast<double>(seen.size() * slabs);
+  MaskedWork w;
+  if (any.empty()) return w;
+  if (t % slice != 0) all.back() = 0;  // tokens past the item: zero words
+  int64_t active = 0, tested = 0;
+  for (size_t i = 0; i < any.size(); ++i)
+    for (int s = 0; s < slabs; ++s) {
+      const uint64_t slab = tile::slab_row_bits(per_slab * s, per_slab, packed, group);
+      if ((any[i] & slab) == 0) continue;
+      ++active;
+      tested += (all[i] & slab) != slab;
+    }
+  w.mma_fraction = static_cast<double>(active) / static_cast<double>(any.size() * slabs);
+  if (active > 0) w.tested_fraction = static_cast<double>(tested) / static_cast<double>(active);
+  return w;
 }
 
-TEST(PlannersMaskCost, MaskedMmaFractionMatchesATokenWalk) {
+TEST(PlannersMaskCost, MaskedWorkMatchesATokenWalk) {
   std::mt19937_64 rng(7);
   const TileClass tiles[] = {TileClass::kM16, TileClass::kM64, TileClass::kM128};
+  int full_slices = 0;  // trials with a slice some slab runs unmasked
   for (int trial = 0; trial < 4000; ++trial) {
     const TileClass tile = tiles[rng() % 3];
     const int head_dim = 64 << (rng() % 3);
@@ -229,11 +251,14 @@ TEST(PlannersMaskCost, MaskedMmaFractionMatchesATokenWalk) {
       const uint64_t rows_mask = rows >= 64 ? ~0ull : (1ull << rows) - 1;
       masks[j] = rng() % 5 == 0 ? rows_mask : rng() & rows_mask;
     }
-    const double fast = masked_mma_fraction(tile, group, head_dim, rows, lens.data(), masks.data(),
-                                            lens.size(), wgmma);
-    const double walk = token_walk_fraction(tile, group, head_dim, rows, lens, masks, wgmma);
-    ASSERT_EQ(fast, walk) << "trial " << trial;
+    const MaskedWork fast =
+        masked_work(tile, group, head_dim, rows, lens.data(), masks.data(), lens.size(), wgmma);
+    const MaskedWork walk = token_walk(tile, group, head_dim, rows, lens, masks, wgmma);
+    ASSERT_EQ(fast.mma_fraction, walk.mma_fraction) << "trial " << trial;
+    ASSERT_EQ(fast.tested_fraction, walk.tested_fraction) << "trial " << trial;
+    full_slices += fast.tested_fraction < 1.0;
   }
+  EXPECT_GT(full_slices, 400);  // the walk's second half is exercised
 }
 
 }  // namespace

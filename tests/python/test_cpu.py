@@ -180,7 +180,7 @@ def test_plan_stats_and_coverage(planner):
 DEVICE_FIELDS = [
     "name", "num_sms", "smem_per_sm_bytes", "hbm_read_GBps", "tc_TFLOPs", "mma_efficiency",
     "launch_overhead_us", "item_overhead_us", "ctas_per_sm", "merge_launch_us", "tile_latency_us",
-    "tile_latency_m128_us", "tile_latency_ws_m128_us", "mma_efficiency_ws_m128", "l2_read_GBps",
+    "tile_latency_m128_us", "tile_latency_ws_m128_us", "tile_latency_ws_m64_us", "mma_efficiency_ws_m128", "l2_read_GBps",
     "tile_latency_wide_us", "merge_slot_us", "wide_ctas_per_sm",
     "wide_m16_ctas_per_sm", "m128_ctas_per_sm", "mask_penalty", "mask_penalty_m16",
     "path_mask_penalty", "path_mask_penalty_m16", "cta_bw_factor",

@@ -13,9 +13,11 @@
 // kernel tile per tile_latency (per 64 tokens for kM16-deep and kM64, tile_latency_m128_us for
 // kM128, per 32 tokens for wide kM16: the chain of cp.async waits, MMAs and softmax of a tile,
 // which does not shrink however few CTAs share an SM; docs/cost_model.md has the fitted values).
-// A masked item has its CTA time scaled by 1 + mask_penalty (kM64/kM128) or 1 + mask_penalty_m16
-// (kM16), fitted on flatten's DeFT blocks; an item of whole root paths (the paths planner's,
-// WorkItem::whole_paths) by 1 + path_mask_penalty(_m16) instead.
+// A masked item has its CTA time scaled by 1 + mask_penalty x t (kM64/kM128) or
+// 1 + mask_penalty_m16 x t (kM16), fitted on flatten's DeFT blocks, where t is the share of its
+// (slab, slice) pairs that test the mask (MaskedWork::tested_fraction: a slice that every row of a
+// slab sees runs unmasked); an item of whole root paths (the paths planner's,
+// WorkItem::whole_paths) takes path_mask_penalty(_m16) instead.
 // KV tokens an item alone reads (WorkItem::private_tokens) stream at the slot's HBM share; the
 // others at up to cta_bw_factor x it (L2 re-reads).
 // Tile sizes and which kM16 variant runs come from the kernels' tile policy
@@ -79,7 +81,7 @@ struct CtaModel {
   /// `ctas`: CTAs of the whole plan; fewer than the slots share each SM among fewer CTAs.
   /// `ws_m128`: the plan's kM128 class runs on the warp-specialized kernel.
   CtaModel(const DeviceInfo& dev, const PlanShape& s, bool wide_m16, int64_t ctas,
-           bool ws_m128 = false, bool pairs = false)
+           bool ws_m128 = false, bool pairs = false, bool ws_m64 = false)
       : D(s.head_dim),
         dt(s.dtype_bytes),
         kv_dt(s.kv_dtype_bytes),
@@ -102,10 +104,10 @@ struct CtaModel {
     for (int k = 0; k < kNumTileClasses; ++k) slot_flops[k] = flop_rate[k] / slots;
     overhead = dev.latency_terms ? dev.cta_fixed_us + dev.prologue_round_trips * dev.round_trip_us
                                  : dev.item_overhead_us;
-    mask_scale[0] = 1.0 + dev.mask_penalty_m16;
-    mask_scale[1] = mask_scale[2] = 1.0 + dev.mask_penalty;
-    path_mask_scale[0] = 1.0 + dev.path_mask_penalty_m16;
-    path_mask_scale[1] = path_mask_scale[2] = 1.0 + dev.path_mask_penalty;
+    mask_extra[0] = dev.mask_penalty_m16;
+    mask_extra[1] = mask_extra[2] = dev.mask_penalty;
+    path_mask_extra[0] = dev.path_mask_penalty_m16;
+    path_mask_extra[1] = path_mask_extra[2] = dev.path_mask_penalty;
     // Kernel KV tile (tokens) per class and its latency floor: 64-token tiles (32 for head_dim
     // 256, the floor scaled by the tile's size), wide kM16 32-token tiles.
     const int64_t big = tile::kv_tile(tile::kConfigDeep, s.head_dim);
@@ -113,7 +115,9 @@ struct CtaModel {
     tile_tokens[0] = wide ? tile::kv_tile(tile::kConfigWide, s.head_dim) : big;
     tile_lat[0] = wide ? dev.tile_latency_wide_us : dev.tile_latency_us * scale;
     tile_tokens[1] = big;
-    tile_lat[1] = dev.tile_latency_us * scale;
+    tile_lat[1] = (ws_m64 && dev.tile_latency_ws_m64_us > 0 ? dev.tile_latency_ws_m64_us
+                                                            : dev.tile_latency_us) *
+                  scale;
     tile_tokens[2] = big;
     tile_lat[2] = (ws_m128 && dev.tile_latency_ws_m128_us > 0 ? dev.tile_latency_ws_m128_us
                                                               : dev.tile_latency_m128_us) *
@@ -121,7 +125,7 @@ struct CtaModel {
   }
   ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv,
                       bool masked = false, double mma_fraction = 1.0, int64_t priv = 0,
-                      bool whole_paths = false) const {
+                      bool whole_paths = false, double tested_fraction = 1.0) const {
     ItemCost c;
     const double tok_bytes = D * 2.0 * kv_dt;  // K and V of one token
     c.kv_bytes = static_cast<double>(kv) * tok_bytes;
@@ -157,7 +161,7 @@ struct CtaModel {
     const double w = static_cast<double>(weight[k]);  // slots the CTA takes
     const double io_us = (kv_io + (c.bytes - c.kv_bytes) / slot_bw) / w;
     c.us = overhead + std::max({io_us, c.flops * part / (slot_flops[k] * w), lat});
-    if (masked) c.us *= whole_paths ? path_mask_scale[k] : mask_scale[k];
+    if (masked) c.us *= 1.0 + (whole_paths ? path_mask_extra[k] : mask_extra[k]) * tested_fraction;
     if (paired) c.us += pair_us;
     return c;
   }
@@ -166,10 +170,11 @@ struct CtaModel {
   bool pair;       ///< the kM16 class runs as cluster pairs
   double pair_us;  ///< a pair's exchange
   double slot_bw = 0, kv_bw = 0, overhead = 0;
-  double flop_rate[kNumTileClasses] = {0, 0, 0};        ///< the whole GPU's, per class
-  double slot_flops[kNumTileClasses] = {0, 0, 0};       ///< a slot's share of it
-  double mask_scale[kNumTileClasses] = {1, 1, 1};       ///< CTA time factor of a masked item
-  double path_mask_scale[kNumTileClasses] = {1, 1, 1};  ///< the same, whole-paths items
+  double flop_rate[kNumTileClasses] = {0, 0, 0};   ///< the whole GPU's, per class
+  double slot_flops[kNumTileClasses] = {0, 0, 0};  ///< a slot's share of it
+  /// A masked item's CTA time grows by this share of it for the pairs that test the mask
+  double mask_extra[kNumTileClasses] = {0, 0, 0};
+  double path_mask_extra[kNumTileClasses] = {0, 0, 0};  ///< the same, whole-paths items
   int64_t tile_tokens[kNumTileClasses] = {64, 64, 64};
   int64_t weight[kNumTileClasses] = {1, 1, 1};  ///< slots one CTA of the class takes
   double tile_lat[kNumTileClasses] = {0, 0, 0};
@@ -272,8 +277,8 @@ double dispatch_makespan(std::vector<CtaRun>* runs, int64_t sms, int64_t spm, in
 
 }  // namespace
 
-double masked_mma_fraction(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
-                           const uint64_t* masks, size_t n, bool wgmma) {
+MaskedWork masked_work(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
+                       const uint64_t* masks, size_t n, bool wgmma) {
   // kernel config: kM64 / kM128 run as their plan class; both kM16 variants take 16-token slices
   const int cfg = tile == TileClass::kM16 ? tile::kConfigDeep : static_cast<int>(tile);
   const int64_t slice = tile::warp_tokens(cfg, head_dim);
@@ -284,46 +289,49 @@ double masked_mma_fraction(TileClass tile, int group, int head_dim, int rows, co
   uint64_t slab_rows[8] = {};
   for (int s = 0; s < slabs; ++s)
     slab_rows[s] = tile::slab_row_bits(rows_per_slab * s, rows_per_slab, packed, group);
-  // slabs whose rows a slice seen by `mask` reaches: the MMAs of one slice
-  const auto slabs_seen = [&](uint64_t mask) {
-    int64_t a = 0;
-    for (int s = 0; s < slabs; ++s) a += (mask & slab_rows[s]) != 0;
-    return a;
+  int64_t active = 0, tested = 0, slices = 0;
+  // one slice of `count` alike: `any` the OR of its tokens' masks, `all` their AND (0 when the
+  // item's end cuts it short: the kernel reads zero words past the item)
+  const auto add = [&](uint64_t any, uint64_t all, int64_t count) {
+    for (int s = 0; s < slabs; ++s) {
+      if ((any & slab_rows[s]) == 0) continue;
+      active += count;
+      if ((all & slab_rows[s]) != slab_rows[s]) tested += count;
+    }
+    slices += count;
   };
-  int64_t active = 0, slices = 0;
-  int64_t in = 0;     // tokens of the open slice so far (0: no slice open)
-  uint64_t seen = 0;  // OR of the masks of the open slice
+  int64_t in = 0;                // tokens of the open slice so far (0: no slice open)
+  uint64_t seen = 0, every = 0;  // OR and AND of the masks of the open slice
   for (size_t j = 0; j < n; ++j) {
     int64_t left = lens[j];
     if (left <= 0) continue;
     if (in > 0) {  // the range first completes the open slice
       const int64_t take = std::min(left, slice - in);
       seen |= masks[j];
+      every &= masks[j];
       in += take;
       left -= take;
       if (in < slice) continue;
-      active += slabs_seen(seen);
-      ++slices;
+      add(seen, every, 1);
       in = 0;
-      seen = 0;
     }
     // whole slices of this range alone, in one step (an item's shared nodes: many slices)
     const int64_t whole = left / slice;
     if (whole > 0) {
-      active += whole * slabs_seen(masks[j]);
-      slices += whole;
+      add(masks[j], masks[j], whole);
       left -= whole * slice;
     }
     if (left > 0) {  // its last tokens open the next slice
-      seen = masks[j];
+      seen = every = masks[j];
       in = left;
     }
   }
-  if (in > 0) {
-    active += slabs_seen(seen);
-    ++slices;
-  }
-  return slices == 0 ? 1.0 : static_cast<double>(active) / static_cast<double>(slices * slabs);
+  if (in > 0) add(seen, 0, 1);
+  MaskedWork w;
+  if (slices > 0)
+    w.mma_fraction = static_cast<double>(active) / static_cast<double>(slices * slabs);
+  if (active > 0) w.tested_fraction = static_cast<double>(tested) / static_cast<double>(active);
+  return w;
 }
 
 bool model_uses_wide_m16(const DeviceInfo& dev, int64_t m16_ctas) {
@@ -350,23 +358,20 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   check_device(dev);
   const int64_t kv_heads = s.num_kv_heads;
   const int64_t group = s.group();
-  int64_t m16_items = 0, m16_tokens = 0, m128_items = 0, m128_tokens = 0;
+  int64_t class_items[kNumTileClasses] = {0, 0, 0}, class_tokens[kNumTileClasses] = {0, 0, 0};
   for (size_t i = 0; i < num_items; ++i) {
     if (items[i].count <= 0) continue;
-    if (items[i].tile == TileClass::kM16) {
-      m16_items += items[i].count;
-      m16_tokens += items[i].count * items[i].kv_tokens;
-    }
-    if (items[i].tile == TileClass::kM128) {
-      m128_items += items[i].count;
-      m128_tokens += items[i].count * items[i].kv_tokens;
-    }
+    class_items[static_cast<int>(items[i].tile)] += items[i].count;
+    class_tokens[static_cast<int>(items[i].tile)] += items[i].count * items[i].kv_tokens;
   }
+  const int64_t m16_items = class_items[0], m16_tokens = class_tokens[0];
   const bool wide = model_uses_wide_m16(dev, m16_items * kv_heads);
   // the kernels' own choice for the kM128 class (GroupedKernel::kAuto, decode.cu)
-  const bool ws_m128 = dev.warpgroup_mma && tile::block_layout(2, s.head_dim) &&
-                       tile::ws_pays_off(2, m128_items, m128_tokens, m16_items,
-                                         static_cast<int>(kv_heads), dev.num_sms);
+  bool ws[kNumTileClasses] = {false, false, false};
+  for (int k = 1; k < kNumTileClasses; ++k)
+    ws[k] = dev.warpgroup_mma && tile::block_layout(k, s.head_dim) &&
+            tile::ws_pays_off(k, class_items[k], class_tokens[k], m16_items,
+                              static_cast<int>(kv_heads), dev.num_sms);
   int64_t all_items = 0;
   for (size_t i = 0; i < num_items; ++i) all_items += std::max<int64_t>(0, items[i].count);
   // the kernels' cluster pairs (decode_launch.cuh; one KV head per CTA: the head loop keeps one
@@ -374,7 +379,7 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   const bool pairs =
       dev.kv_pairs && !wide &&
       tile::use_pair_m16(m16_items * kv_heads, m16_items, m16_tokens, dev.num_sms, s.head_dim);
-  const CtaModel model(dev, s, wide, all_items * kv_heads, ws_m128, pairs);
+  const CtaModel model(dev, s, wide, all_items * kv_heads, ws[2], pairs, ws[1]);
   const int64_t nslots = std::max<int64_t>(1, dev.num_sms * slots_per_sm(dev, wide));
 
   thread_local std::vector<CtaRun> runs;  // (class, CTA us, items)
@@ -390,10 +395,10 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     if (it.count <= 0) continue;
     if (prev == nullptr || it.rows != prev->rows || it.partial_rows != prev->partial_rows ||
         it.kv_tokens != prev->kv_tokens || it.tile != prev->tile || it.masked != prev->masked ||
-        it.mma_fraction != prev->mma_fraction || it.private_tokens != prev->private_tokens ||
-        it.whole_paths != prev->whole_paths) {
+        it.mma_fraction != prev->mma_fraction || it.tested_fraction != prev->tested_fraction ||
+        it.private_tokens != prev->private_tokens || it.whole_paths != prev->whole_paths) {
       c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens, it.masked,
-                it.mma_fraction, it.private_tokens, it.whole_paths);
+                it.mma_fraction, it.private_tokens, it.whole_paths, it.tested_fraction);
       runs.push_back({static_cast<int>(it.tile), c.us, 0});
       used_class[static_cast<int>(it.tile)] = true;
       max_us = std::max(max_us, c.us);
@@ -478,9 +483,11 @@ double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
     if (items[i].masked) {
       lens.resize(it.num_ranges);
       for (int32_t j = 0; j < it.num_ranges; ++j) lens[j] = plan.ranges[it.range_begin + j].len;
-      items[i].mma_fraction = masked_mma_fraction(
-          it.tile, plan.shape.group(), plan.shape.head_dim, it.num_rows, lens.data(),
-          plan.masks.data() + it.mask_begin, lens.size(), dev.warpgroup_mma);
+      const MaskedWork w =
+          masked_work(it.tile, plan.shape.group(), plan.shape.head_dim, it.num_rows, lens.data(),
+                      plan.masks.data() + it.mask_begin, lens.size(), dev.warpgroup_mma);
+      items[i].mma_fraction = w.mma_fraction;
+      items[i].tested_fraction = w.tested_fraction;
     }
     for (int32_t r = 0; r < it.num_rows; ++r)
       items[i].partial_rows += plan.rows[it.row_begin + r].slot != kFinalOutput;

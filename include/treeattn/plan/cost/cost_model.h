@@ -47,17 +47,29 @@ struct ItemSummary {
   /// the path_mask_penalty terms when whole_paths.
   bool masked = false;
   /// Masked items: the fraction of (16-row warp slab x KV slice) pairs the kernel computes (a
-  /// warp skips the slices none of its rows sees, masked_mma_fraction()); 1 otherwise.
+  /// warp skips the slices none of its rows sees, MaskedWork::mma_fraction); 1 otherwise.
   double mma_fraction = 1.0;
+  /// Masked items: of those pairs, the fraction that runs the per-score mask test
+  /// (MaskedWork::tested_fraction): the mask penalty scales with it. 1 otherwise.
+  double tested_fraction = 1.0;
 };
 
-/// Fraction of a masked item's (warp slab, KV slice) pairs the kernel's MMAs run: the item has
-/// `rows` queries of `group` packed rows each and `n` ranges of lens[j] tokens seen by the rows
-/// whose bit is set in masks[j]. A slab is tile::mma_slab_rows packed rows (16; 64 for
-/// kM64/kM128 up to head_dim 128 when `wgmma`); a slice is the tokens one warp takes of a KV tile
-/// (tile_policy.h: 16 for kM16, the whole tile for kM64/kM128).
-double masked_mma_fraction(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
-                           const uint64_t* masks, size_t n, bool wgmma);
+/// What the kernels run of a masked item's (warp slab, KV slice) pairs.
+struct MaskedWork {
+  /// The pairs whose MMAs run: some row of the slab sees some token of the slice.
+  double mma_fraction = 1.0;
+  /// Of those, the pairs that test every score against the mask: not every row of the slab sees
+  /// every token of the slice (a slice that the item's end cuts short always tests). A shared
+  /// node that every row of a slab sees runs unmasked (the kernels' SliceSeen::full).
+  double tested_fraction = 1.0;
+};
+
+/// The MaskedWork of an item of `rows` queries of `group` packed rows each and `n` ranges of
+/// lens[j] tokens seen by the rows whose bit is set in masks[j]. A slab is tile::mma_slab_rows
+/// packed rows (16; 64 for kM64/kM128 up to head_dim 128 when `wgmma`); a slice is the tokens one
+/// warp takes of a KV tile (tile_policy.h: 16 for kM16, the whole tile for kM64/kM128).
+MaskedWork masked_work(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
+                       const uint64_t* masks, size_t n, bool wgmma);
 
 /// True when the kernel runs the kM16 launch of a plan with `m16_ctas` kM16 CTAs (items x KV
 /// heads) in its wide variant (treeattn/plan/tile_policy.h, use_wide_m16), as the model assumes.

@@ -26,6 +26,9 @@ struct DeviceInfo {
   /// Same for a kM128 CTA of the warp-specialized kernel, which runs a plan's kM128 class where
   /// tile::ws_pays_off says so (warpgroup_mma devices, head_dim <= 128); 0: tile_latency_m128_us.
   double tile_latency_ws_m128_us = 0.0;
+  /// Same for a kM64 CTA of the warp-specialized kernel, which runs a plan's kM64 class where
+  /// tile::ws_pays_off says so (few kM64 CTAs: at most one per SM); 0: tile_latency_us.
+  double tile_latency_ws_m64_us = 0.0;
   /// Fraction of tc_TFLOPs the warp-specialized kernel reaches on those kM128 CTAs (0:
   /// mma_efficiency), in the CTA's FLOP term and in the plan's tensor-core bound.
   double mma_efficiency_ws_m128 = 0.0;
@@ -48,8 +51,9 @@ struct DeviceInfo {
   double mask_penalty = 0.0;
   double mask_penalty_m16 = 0.0;
   /// The same factors for the masked items of whole root paths (WorkItem::whole_paths, the paths
-  /// planner's): (1 + path_mask_penalty) for kM64/kM128, (1 + path_mask_penalty_m16) for kM16,
-  /// chosen on the paths sweep (docs/cost_model.md).
+  /// planner's): path_mask_penalty for kM64/kM128, path_mask_penalty_m16 for kM16, fitted on
+  /// the paths sweep (docs/cost_model.md). Every mask penalty scales with the share of the item's
+  /// (slab, slice) pairs that test the mask (MaskedWork::tested_fraction, cost_model.h).
   double path_mask_penalty = 0.0;
   double path_mask_penalty_m16 = 0.0;
   /// A CTA streams its KV at up to cta_bw_factor x its share of the HBM bandwidth (re-reads of
