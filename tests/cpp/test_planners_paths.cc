@@ -2,10 +2,12 @@
 // merge); an item's ranges are the union of its queries' root paths, each node once, seen by the
 // rows whose path holds it; WorkItem::private_tokens counts exactly the item's nodes that no other
 // item reads; where the cost model prefers it, groups of queries share their prefix; and a group
-// size fixed by PlanOptions::paths_group is the one used.
+// size fixed by PlanOptions::paths_group is the one used, the groups cut plain or aligned to the
+// subtrees.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -117,20 +119,76 @@ TEST(PlannersPaths, OneQueryPerItemIsTheQueryPlanWithoutSplits) {
   }
 }
 
+/// The groups of a fixed k, read from the tree's parent links (not the planner's index): the
+/// queries in preorder, children and queries in index order, a new group where the open one is
+/// full; when `aligned`, also before a subtree of more than k queries where the open group holds
+/// a query whose node is not on the subtree's root path.
+std::multiset<std::set<int32_t>> reference_groups(const PrefixTree& tree, int32_t k, bool aligned) {
+  const int32_t n = static_cast<int32_t>(tree.nodes.size());
+  std::vector<std::vector<int32_t>> kids(n), own(n);
+  std::vector<int32_t> roots;
+  for (int32_t v = 0; v < n; ++v)
+    (tree.nodes[v].parent == kNoParent ? roots : kids[tree.nodes[v].parent]).push_back(v);
+  for (int32_t q = 0; q < tree.num_queries(); ++q) own[tree.query_node[q]].push_back(q);
+  std::vector<int64_t> below(n, 0);
+  std::function<int64_t(int32_t)> count = [&](int32_t v) {
+    below[v] = static_cast<int64_t>(own[v].size());
+    for (const int32_t c : kids[v]) below[v] += count(c);
+    return below[v];
+  };
+  for (const int32_t r : roots) count(r);
+  const auto on_path = [&](int32_t u, int32_t v) {  // u is v or an ancestor of v
+    for (; v != kNoParent; v = tree.nodes[v].parent)
+      if (v == u) return true;
+    return false;
+  };
+  std::vector<std::vector<int32_t>> groups;
+  std::function<void(int32_t)> place = [&](int32_t v) {
+    if (below[v] == 0) return;
+    if (aligned && !groups.empty() && below[v] > k &&
+        std::any_of(groups.back().begin(), groups.back().end(),
+                    [&](int32_t q) { return !on_path(tree.query_node[q], v); }))
+      groups.emplace_back();
+    for (const int32_t q : own[v]) {
+      if (groups.empty() || static_cast<int32_t>(groups.back().size()) == k) groups.emplace_back();
+      groups.back().push_back(q);
+    }
+    for (const int32_t c : kids[v]) place(c);
+  };
+  for (const int32_t r : roots) place(r);
+  std::multiset<std::set<int32_t>> out;
+  for (const auto& g : groups)
+    if (!g.empty()) out.insert(std::set<int32_t>(g.begin(), g.end()));
+  return out;
+}
+
+/// The plan's items as sets of queries.
+std::multiset<std::set<int32_t>> plan_groups(const Plan& plan) {
+  std::multiset<std::set<int32_t>> groups;
+  for (const WorkItem& it : plan.items) {
+    std::set<int32_t> qs;
+    for (int32_t r = 0; r < it.num_rows; ++r) qs.insert(plan.rows[it.row_begin + r].query);
+    groups.insert(qs);
+  }
+  return groups;
+}
+
 TEST(PlannersPaths, AFixedGroupSizeCutsThePreorderIntoGroupsOfIt) {
   // PlanOptions::paths_group fixes k (lowered to the head group's cap: 128 packed rows, 64 masked
-  // rows): every item but one holds exactly k queries, the other the rest, the plan stays a valid
-  // paths plan, and auto, when it takes the paths candidate, takes it with that k.
+  // rows): the items are one of the reference's two cuts of the preorder into groups of at most
+  // k (plain: k consecutive queries; aligned: also cut before a large subtree), the plan stays a
+  // valid paths plan, and auto, when it takes the paths candidate, takes it with that k.
   const std::vector<PrefixTree> trees = {tree_from_levels(parse_levels("N=1,4,256 C=8,256,32")),
                                          tree_from_levels(parse_levels("N=1,3,7,50 C=9,33,17,5")),
-                                         random_tree(5, RandomTreeOptions())};
-  int auto_took_paths = 0;
+                                         tree_from_levels(parse_levels("N=1,8,480 C=16,512,8")),
+                                         random_tree(5, RandomTreeOptions()),
+                                         random_tree(11, RandomTreeOptions())};
+  int auto_took_paths = 0, took_aligned = 0;
   for (size_t ti = 0; ti < trees.size(); ++ti) {
     const PrefixTree& tree = trees[ti];
-    const int32_t nq = tree.num_queries();
     for (const auto& [qo, kv] : std::vector<std::pair<int, int>>{{16, 1}, {32, 8}, {32, 32}}) {
       const int32_t cap = std::min(128 / (qo / kv), kMaxMaskedRows);
-      for (const int32_t g : {1, 2, 3, 5, 16, 64}) {
+      for (const int32_t g : {1, 2, 3, 5, 16, 32, 64}) {
         PlanOptions o = paths_options(qo, kv);
         o.paths_group = g;
         const std::string what = "tree " + std::to_string(ti) + " " + std::to_string(qo) + "/" +
@@ -138,23 +196,39 @@ TEST(PlannersPaths, AFixedGroupSizeCutsThePreorderIntoGroupsOfIt) {
         check_paths_plan(tree, o, what);
         const int32_t k = std::min(g, cap);
         const Plan plan = make_plan(tree, o);
-        ASSERT_EQ(plan.items.size(), static_cast<size_t>((nq + k - 1) / k)) << what;
-        // (finish() orders the items by class and length: the short group may be anywhere)
-        int32_t full = 0, rest = 0;
-        for (const WorkItem& it : plan.items) (it.num_rows == k ? full : rest) += it.num_rows;
-        EXPECT_EQ(full, nq / k * k) << what;
-        EXPECT_EQ(rest, nq % k) << what;
+        const auto groups = plan_groups(plan);
+        const auto plain = reference_groups(tree, k, false),
+                   aligned = reference_groups(tree, k, true);
+        EXPECT_TRUE(groups == plain || groups == aligned) << what;
+        took_aligned += groups == aligned && aligned != plain;
         EXPECT_EQ(fixed_paths_group(o), k) << what;
         o.planner = "auto";
         const Plan a = make_plan(tree, o);
         if (a.chosen_planner == "paths") {
-          EXPECT_EQ(a.items.size(), plan.items.size()) << what;
+          EXPECT_EQ(plan_groups(a), groups) << what;
           ++auto_took_paths;
         }
       }
     }
   }
   EXPECT_GT(auto_took_paths, 0);  // the auto half of the check ran
+  EXPECT_GT(took_aligned, 0);     // and the aligned cut was taken somewhere
+}
+
+TEST(PlannersPaths, AGroupDoesNotStraddleTwoSubtreesThatEachFillOne) {
+  // 8 requests of 60 draft tokens each under one prompt: groups of 32 would take 32 consecutive
+  // queries and so straddle two requests (reading both requests' nodes, each seen by part of the
+  // rows); cut at the requests instead, each group reads one request's nodes.
+  // The cost model sees the second request's 512 tokens the straddling group reads and takes
+  // the aligned cut.
+  const PrefixTree tree = tree_from_levels(parse_levels("N=1,8,480 C=16,512,8"));
+  PlanOptions o = paths_options(32, 8);
+  o.paths_group = 32;
+  check_paths_plan(tree, o, "N=1,8,480");
+  const Plan plan = make_plan(tree, o);
+  ASSERT_EQ(plan.items.size(), 16u);  // 32 + 28 queries a request
+  for (const WorkItem& it : plan.items) EXPECT_EQ(it.kv_tokens, 16 + 512 + 8 * it.num_rows);
+  EXPECT_EQ(plan_groups(plan), reference_groups(tree, 32, true));
 }
 
 }  // namespace

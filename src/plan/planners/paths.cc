@@ -1,12 +1,15 @@
 // Planner `paths` (ours): groups of queries over the union of their root paths, with no partials
 // and no merge. The queries are taken in the tree's preorder (a subtree's queries are adjacent)
-// and cut into groups of k consecutive ones; each group is one item whose ranges are the nodes on
-// any of its queries' paths, in preorder, each seen only by the rows whose path holds it (DeFT's
-// bit mask, over whole root paths). A node the group shares is read once per group instead of
-// once per query, and each row's whole context is in its item, so every row writes its final
-// output: the call is one launch. k is the cheapest under the cost model (cost-only builders) of
-// 1, 2, 4, ... up to the masked items' query cap, or PlanOptions::paths_group (lowered to the
-// cap) where the caller fixes it; k = 1 is the query plan without its KV splits.
+// and cut into groups of at most k consecutive ones, a new group where the next subtree does not
+// fit in what is left of the open one: a subtree of at most k queries is never split, and a group
+// reads another subtree's nodes only where small subtrees fill it together. Each group is one
+// item whose ranges are the nodes on any of its queries' paths, in preorder, each seen only by
+// the rows whose path holds it (DeFT's bit mask, over whole root paths). A node the group shares
+// is read once per group instead of once per query, and each row's whole context is in its item,
+// so every row writes its final output: the call is one launch. k is the cheapest under the cost
+// model (cost-only builders) of 1, 2, 4, ... up to the masked items' query cap, or
+// PlanOptions::paths_group (lowered to the cap) where the caller fixes it; k = 1 is the query plan
+// without its KV splits.
 #include <algorithm>
 #include <bitset>
 #include <limits>
@@ -35,11 +38,44 @@ class PathGrouper {
     }
   }
 
-  /// Emits the items of groups of `k` queries into `b`.
-  void emit(int32_t k, PlanBuilder* b) {
+  /// Cuts the queries, in preorder, into groups of at most `k` (starts()): a new group where the
+  /// open one is full and, when `aligned`, before a subtree of more than k queries where the open
+  /// group holds queries of a subtree already left (queries at the subtree's ancestors, on its
+  /// path, it may join): then a group does not hold the tail of one large subtree and the head of
+  /// the next, which read two sets of nodes each seen by part of the rows.
+  void cut(int32_t k, bool aligned) {
     const int32_t nq = static_cast<int32_t>(order_.size());
-    for (int32_t g0 = 0; g0 < nq; g0 += k) {
-      const int32_t g1 = std::min(nq, g0 + k);
+    starts_.clear();
+    path_.clear();
+    int32_t pos = 0, cur = 0;  // queries placed; of them, in the open group
+    int32_t done_end = 0;      // the end of the queries of the subtrees already left
+    const auto open = [&] {
+      starts_.push_back(pos);
+      cur = 0;
+    };
+    for (const int32_t v : index_.preorder) {
+      const int64_t below = static_cast<int64_t>(index_.queries_below(v).size());
+      if (below == 0) continue;
+      // leave the subtrees that v is not in (the nodes on the stack hold queries)
+      while (!path_.empty() && path_.back() != tree_.nodes[v].parent) {
+        path_.pop_back();
+        done_end = pos;
+      }
+      path_.push_back(v);
+      if (aligned && cur > 0 && below > k && done_end > starts_.back()) open();
+      for (size_t j = 0; j < index_.own_queries(v).size(); ++j, ++pos, ++cur)
+        if (cur == k || pos == 0) open();
+    }
+    starts_.push_back(nq);
+  }
+  /// The last cut's groups: their first positions in the preorder of the queries, then the count.
+  const std::vector<int32_t>& starts() const { return starts_; }
+  void set_starts(const std::vector<int32_t>& s) { starts_ = s; }
+
+  /// Emits the items of the last cut's groups into `b`.
+  void emit(PlanBuilder* b) {
+    for (size_t g = 0; g + 1 < starts_.size(); ++g) {
+      const int32_t g0 = starts_[g], g1 = starts_[g + 1];
       ++epoch_;
       nodes_.clear();
       for (int32_t i = g0; i < g1; ++i) {
@@ -76,6 +112,8 @@ class PathGrouper {
   std::vector<int64_t> stamp_;    ///< node -> the last group that reached it
   std::vector<uint64_t> bits_;    ///< node -> the group's rows whose path holds it
   std::vector<int32_t> nodes_;    ///< the current group's nodes
+  std::vector<int32_t> starts_;   ///< the groups' first positions in order_, then its size
+  std::vector<int32_t> path_;     ///< cut's walk: the nodes with queries from a root to here
   int64_t epoch_ = 0;
 };
 
@@ -84,25 +122,38 @@ class PathGrouper {
 void paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
            PlanBuilder* b) {
   PathGrouper grouper(tree, index);
-  if (opts.paths_group > 0) {
-    grouper.emit(fixed_paths_group(opts), b);
-    return;
-  }
-  const int32_t cap = max_queries_per_item(opts, /*masked=*/true);
   const PlanShape shape = plan_shape(tree, opts);
-  int32_t best_k = 1;
-  double best_us = std::numeric_limits<double>::infinity();
-  for (int32_t k = 1;; k = std::min(cap, 2 * k)) {
+  // k: the caller's, or the cheapest plain cut under the cost model of 1, 2, 4, ... up to the
+  // cap; then that k's aligned cut where its groups differ and the model finds it cheaper. (The
+  // aligned cuts of the other k are not candidates: fewer, larger masked groups that the model
+  // prices too low, measured slower on the DeFT set's tree-of-thought lines, bench/NOTES.md.)
+  const auto cost_us = [&](double prune) {
     PlanBuilder cost(tree, opts, shape, "paths", PlanBuilder::Mode::kCostOnly);
-    grouper.emit(k, &cost);
-    const double us = cost.cost_us(opts.device, best_us);
-    if (us < best_us) {
-      best_us = us;
-      best_k = k;
+    grouper.emit(&cost);
+    return cost.cost_us(opts.device, prune);
+  };
+  const int32_t fixed = opts.paths_group > 0 ? fixed_paths_group(opts) : 0;
+  const int32_t cap = fixed > 0 ? fixed : max_queries_per_item(opts, /*masked=*/true);
+  int32_t best_k = cap;
+  double best_us = std::numeric_limits<double>::infinity();
+  if (fixed == 0) {
+    for (int32_t k = 1;; k = std::min(cap, 2 * k)) {
+      grouper.cut(k, /*aligned=*/false);
+      const double us = cost_us(best_us);
+      if (us < best_us) {
+        best_us = us;
+        best_k = k;
+      }
+      if (k == cap) break;
     }
-    if (k == cap) break;
   }
-  grouper.emit(best_k, b);
+  grouper.cut(best_k, /*aligned=*/false);
+  std::vector<int32_t> best = grouper.starts();
+  if (fixed > 0) best_us = cost_us(std::numeric_limits<double>::infinity());
+  grouper.cut(best_k, /*aligned=*/true);
+  if (grouper.starts() != best && cost_us(best_us) < best_us) best = grouper.starts();
+  grouper.set_starts(best);
+  grouper.emit(b);
 }
 
 }  // namespace treeattn::planners
