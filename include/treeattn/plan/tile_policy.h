@@ -33,7 +33,7 @@
 //    covers 256 pairs) and deep (kMergeSplitDeep threads share a pair's slots; 64 pairs a CTA,
 //    so 4x the CTAs and a quarter of the slots per thread) for few queries or long merge lists.
 //  * Masked items: a warp (a warpgroup under wgmma) skips the KV tiles none of its rows sees;
-//    the cost model counts only the MMAs that run (masked_mma_fraction in cost_model.h).
+//    the cost model counts only the MMAs that run (masked_work in cost_model.h).
 #pragma once
 
 #include <cstdint>
