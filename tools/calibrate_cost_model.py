@@ -90,7 +90,8 @@ FIXED = {"ctas_per_sm": 2, "wide_ctas_per_sm": 4, "m128_ctas_per_sm": 1}
 # The original, uncalibrated kernel terms (the DeviceInfo defaults before the fit).
 LEGACY = {"launch_overhead_us": 2.5, "merge_launch_us": 2.5, "item_overhead_us": 1.0,
           "mma_efficiency": 0.55, "tile_latency_us": 0, "tile_latency_m128_us": 0,
-          "tile_latency_ws_m128_us": 0, "tile_latency_ws_m64_us": 0, "mma_efficiency_ws_m128": 0, "l2_read_GBps": 0,
+          "tile_latency_ws_m128_us": 0, "tile_latency_ws_m64_us": 0, "mma_efficiency_ws_m128": 0,
+          "l2_read_GBps": 0,
           "tile_latency_wide_us": 0, "merge_slot_us": 0, "mask_penalty": 0, "mask_penalty_m16": 0,
           "path_mask_penalty": 0, "path_mask_penalty_m16": 0,
           "cta_bw_factor": 1, "ctas_per_sm": 2, "wide_ctas_per_sm": 0, "m128_ctas_per_sm": 0}

@@ -211,16 +211,16 @@ void DevicePlan::resolve_pages(const int32_t* pairs, int64_t n, const int32_t* t
   const auto by_position = [](const std::pair<int32_t, int32_t>& c, int32_t pos) {
     return c.first < pos;
   };
-  std::vector<int32_t> all(pairs, pairs + 2 * n);
+  resolve_extra_.clear();
   for (int64_t i = 0; i < n; ++i) {
     for (auto c = std::lower_bound(record_copies_.begin(), record_copies_.end(), pairs[2 * i],
                                    by_position);
          c != record_copies_.end() && c->first == pairs[2 * i]; ++c) {
-      all.push_back(c->second);
-      all.push_back(pairs[2 * i + 1]);
+      resolve_extra_.push_back(c->second);
+      resolve_extra_.push_back(pairs[2 * i + 1]);
     }
   }
-  const int64_t total = static_cast<int64_t>(all.size() / 2);
+  const int64_t total = n + static_cast<int64_t>(resolve_extra_.size() / 2);
   TA_CHECK_ARG(total <= INT32_MAX, "pairs", n, " pairs and their ", total - n,
                " record copies exceed 2^31-1");
   if (total > resolve_cap_) {
@@ -233,7 +233,9 @@ void DevicePlan::resolve_pages(const int32_t* pairs, int64_t n, const int32_t* t
   // the previous call's copy and kernel must have read the pair buffers before they are rewritten
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(resolve_done_)),
         "waiting for the last resolve copy");
-  std::copy(all.begin(), all.end(), static_cast<int32_t*>(resolve_staging_));
+  // the pairs, then their record copies, into the pinned buffer (the pairs copied once)
+  std::copy(resolve_extra_.begin(), resolve_extra_.end(),
+            std::copy(pairs, pairs + 2 * n, static_cast<int32_t*>(resolve_staging_)));
   const size_t bytes = static_cast<size_t>(total) * 2 * sizeof(int32_t);
   check(cudaMemcpyAsync(resolve_pairs_, resolve_staging_, bytes, cudaMemcpyHostToDevice, stream),
         "resolve pairs upload (cudaMemcpyAsync)");

@@ -1,8 +1,9 @@
-// The cost model's warp-specialized kM128 terms and its L2 bound: tile_latency_ws_m128_us and
+// The cost model's warp-specialized terms and its L2 bound: tile_latency_ws_m128_us and
 // mma_efficiency_ws_m128 apply exactly where the kernels run the kM128 class on the
 // warp-specialized kernel (tile::ws_pays_off on a warpgroup_mma device, head_dim <= 128) and
-// nowhere else; l2_read_GBps bounds a plan by every KV byte its CTAs read, re-reads included;
-// zeros give the model without them, and bad values are refused by name.
+// nowhere else, tile_latency_ws_m64_us likewise for the kM64 class; l2_read_GBps bounds a plan by
+// every KV byte its CTAs read, re-reads included; zeros give the model without them, and bad
+// values are refused by name.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -27,9 +28,22 @@ ItemSummary m128_items(int64_t count, int32_t kv) {
 DeviceInfo base_device() {
   DeviceInfo d = device_preset("h100");
   d.tile_latency_ws_m128_us = 0;
+  d.tile_latency_ws_m64_us = 0;
   d.mma_efficiency_ws_m128 = 0;
   d.l2_read_GBps = 0;
   return d;
+}
+
+/// No wgmma kernels (an A100-like device) or head_dim 256: the other kernel runs `it`, so a ws
+/// term set in `d` and not in `off` changes nothing.
+void expect_other_kernel(const DeviceInfo& d, const DeviceInfo& off, const PlanShape& s,
+                         const ItemSummary& it) {
+  DeviceInfo no_wgmma = d, no_wgmma_off = off;
+  no_wgmma.warpgroup_mma = no_wgmma_off.warpgroup_mma = false;
+  EXPECT_DOUBLE_EQ(estimate_items_us(no_wgmma, s, &it, 1, {}),
+                   estimate_items_us(no_wgmma_off, s, &it, 1, {}));
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, shape(256), &it, 1, {}),
+                   estimate_items_us(off, shape(256), &it, 1, {}));
 }
 
 TEST(CostWsL2, WsTileLatencyOnlyWhereTheKernelsRunWs) {
@@ -53,18 +67,38 @@ TEST(CostWsL2, WsTileLatencyOnlyWhereTheKernelsRunWs) {
   off.tile_latency_ws_m128_us = 0;
   EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &short_items, 1, {}),
                    estimate_items_us(off, s, &short_items, 1, {}));
-  // No wgmma kernels (an A100-like device) or head_dim 256: the other kernel runs them.
-  DeviceInfo no_wgmma = d, no_wgmma_off = off;
-  no_wgmma.warpgroup_mma = no_wgmma_off.warpgroup_mma = false;
-  EXPECT_DOUBLE_EQ(estimate_items_us(no_wgmma, s, &ws, 1, {}),
-                   estimate_items_us(no_wgmma_off, s, &ws, 1, {}));
-  EXPECT_DOUBLE_EQ(estimate_items_us(d, shape(256), &ws, 1, {}),
-                   estimate_items_us(off, shape(256), &ws, 1, {}));
+  expect_other_kernel(d, off, s, ws);
   // A kM64 item is never a ws kM128 CTA.
   ItemSummary m64 = ws;
   m64.rows = 16;
   m64.tile = TileClass::kM64;
   EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &m64, 1, {}), estimate_items_us(off, s, &m64, 1, {}));
+}
+
+TEST(CostWsL2, WsM64TileLatencyOnlyWhereTheKernelsRunWs) {
+  DeviceInfo d = base_device();
+  d.tile_latency_us = 20.0;  // latency-bound CTAs: far above their bytes and FLOPs
+  const PlanShape s = shape();
+  // 16 kM64 items of 16 queries (64 packed rows) x 8 KV heads = 128 CTAs, at most one per SM, no
+  // kM16 class: the kernels run them on the ws kernel
+  const ItemSummary ws = testing_util::item_summary(TileClass::kM64, 16, 1024, 16);
+  ASSERT_TRUE(
+      tile::ws_pays_off(1, ws.count, ws.count * ws.kv_tokens, 0, s.num_kv_heads, d.num_sms));
+  DeviceInfo off = d;
+  const double legacy_us = estimate_items_us(d, s, &ws, 1, {});
+  d.tile_latency_ws_m64_us = 2.0;
+  // 16 tiles of 64 tokens at 2 us instead of 20 us
+  EXPECT_NEAR(legacy_us - estimate_items_us(d, s, &ws, 1, {}), 16 * 18.0, 1e-6 * legacy_us);
+  // More CTAs than SMs, a deep kM16 class beside them, no wgmma, or head_dim 256: the other
+  // kernel, the other floor
+  const ItemSummary many = testing_util::item_summary(TileClass::kM64, 16, 1024, 17);
+  ASSERT_FALSE(tile::ws_pays_off(1, many.count, many.count * 1024, 0, s.num_kv_heads, d.num_sms));
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &many, 1, {}), estimate_items_us(off, s, &many, 1, {}));
+  const ItemSummary with_m16[2] = {ws, testing_util::item_summary(TileClass::kM16, 1, 64, 4)};
+  ASSERT_FALSE(tile::ws_pays_off(1, ws.count, ws.count * 1024, 4, s.num_kv_heads, d.num_sms));
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, with_m16, 2, {}),
+                   estimate_items_us(off, s, with_m16, 2, {}));
+  expect_other_kernel(d, off, s, ws);
 }
 
 TEST(CostWsL2, WsEfficiencySetsTheFlopTermAndTheTensorBound) {
@@ -118,10 +152,13 @@ TEST(CostWsL2, PresetsAndValidation) {
   EXPECT_GT(h100.l2_read_GBps, h100.hbm_read_GBps);
   const DeviceInfo a100 = device_preset("a100");
   EXPECT_FALSE(a100.warpgroup_mma);  // no ws kernel there: the ws terms never apply
-  for (const char* field : {"tile_latency_ws_m128_us", "mma_efficiency_ws_m128", "l2_read_GBps"}) {
+  EXPECT_GT(h100.tile_latency_ws_m64_us, 0);
+  for (const char* field : {"tile_latency_ws_m128_us", "tile_latency_ws_m64_us",
+                            "mma_efficiency_ws_m128", "l2_read_GBps"}) {
     DeviceInfo d = h100;
     const std::string f = field;
     (f == "tile_latency_ws_m128_us"  ? d.tile_latency_ws_m128_us
+     : f == "tile_latency_ws_m64_us" ? d.tile_latency_ws_m64_us
      : f == "mma_efficiency_ws_m128" ? d.mma_efficiency_ws_m128
                                      : d.l2_read_GBps) = -1.0;
     try {

@@ -114,7 +114,6 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   EXPECT_NEAR(estimate_items_us(d, s, &it, 1, {}) - d.launch_overhead_us,
               1.125 * (plain - d.launch_overhead_us), 1e-9 * plain);
   it.tested_fraction = 1.0;
-  it.whole_paths = false;
   it.tile = TileClass::kM16;  // kM16 items: mask_penalty_m16
   d.mask_penalty_m16 = 0.25;
   const double m16 = estimate_items_us(d, s, &it, 1, {});

@@ -178,16 +178,30 @@ TEST(PlannersPaths, AFixedGroupSizeCutsThePreorderIntoGroupsOfIt) {
   // rows): the items are one of the reference's two cuts of the preorder into groups of at most
   // k (plain: k consecutive queries; aligned: also cut before a large subtree), the plan stays a
   // valid paths plan, and auto, when it takes the paths candidate, takes it with that k.
-  const std::vector<PrefixTree> trees = {tree_from_levels(parse_levels("N=1,4,256 C=8,256,32")),
-                                         tree_from_levels(parse_levels("N=1,3,7,50 C=9,33,17,5")),
-                                         tree_from_levels(parse_levels("N=1,8,480 C=16,512,8")),
-                                         random_tree(5, RandomTreeOptions()),
-                                         random_tree(11, RandomTreeOptions())};
-  int auto_took_paths = 0, took_aligned = 0;
+  std::vector<PrefixTree> trees = {tree_from_levels(parse_levels("N=1,4,256 C=8,256,32")),
+                                   tree_from_levels(parse_levels("N=1,3,7,50 C=9,33,17,5")),
+                                   tree_from_levels(parse_levels("N=1,8,480 C=16,512,8"))};
+  for (const uint64_t seed : {5, 11, 17, 23, 29}) trees.push_back(random_tree(seed, {}));
+  // dead node slots: queries removed, their nodes pruned
+  trees.push_back(random_tree(31, {}));
+  for (int i = 0; i < 4 && trees.back().num_queries() > 2; ++i)
+    trees.back().remove_query(trees.back().num_queries() / 2);
+  int auto_took_paths = 0, took_aligned = 0, chosen_k_checked = 0;
   for (size_t ti = 0; ti < trees.size(); ++ti) {
     const PrefixTree& tree = trees[ti];
     for (const auto& [qo, kv] : std::vector<std::pair<int, int>>{{16, 1}, {32, 8}, {32, 32}}) {
       const int32_t cap = std::min(128 / (qo / kv), kMaxMaskedRows);
+      {  // the model's k: one of the two cuts of 1, 2, 4, ... up to the cap
+        const auto chosen = plan_groups(make_plan(tree, paths_options(qo, kv)));
+        bool found = false;
+        for (int32_t k = 1; !found; k = std::min(cap, 2 * k)) {
+          found = chosen == reference_groups(tree, k, false) ||
+                  chosen == reference_groups(tree, k, true);
+          if (k == cap) break;
+        }
+        EXPECT_TRUE(found) << "tree " << ti << " " << qo << "/" << kv << " (model's k)";
+        ++chosen_k_checked;
+      }
       for (const int32_t g : {1, 2, 3, 5, 16, 32, 64}) {
         PlanOptions o = paths_options(qo, kv);
         o.paths_group = g;
@@ -213,6 +227,7 @@ TEST(PlannersPaths, AFixedGroupSizeCutsThePreorderIntoGroupsOfIt) {
   }
   EXPECT_GT(auto_took_paths, 0);  // the auto half of the check ran
   EXPECT_GT(took_aligned, 0);     // and the aligned cut was taken somewhere
+  EXPECT_EQ(chosen_k_checked, static_cast<int>(trees.size()) * 3);
 }
 
 TEST(PlannersPaths, AGroupDoesNotStraddleTwoSubtreesThatEachFillOne) {

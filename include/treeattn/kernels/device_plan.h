@@ -108,6 +108,7 @@ class DevicePlan {
   // upload: resolve_pages rewrites a page id's copies with it
   std::vector<std::pair<int32_t, int32_t>> record_copies_;
   bool record_copies_known_ = false;
+  std::vector<int32_t> resolve_extra_;  ///< resolve_pages: the call's record-copy pairs
   void release_resolve();
   int device_ = -1;
 };

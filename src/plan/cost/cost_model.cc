@@ -25,7 +25,8 @@
 // kM16 CTAs.
 //
 // Where the plan's kM128 class runs on the warp-specialized kernel (tile::ws_pays_off, as the
-// kernels decide), its CTAs take tile_latency_ws_m128_us and mma_efficiency_ws_m128 instead.
+// kernels decide), its CTAs take tile_latency_ws_m128_us and mma_efficiency_ws_m128 instead; where
+// its kM64 class does, those CTAs take tile_latency_ws_m64_us.
 //
 // A plan's time: LPT (longest CTA first onto the least-loaded slot) over num_sms x slots-per-SM
 // slots gives the makespan, except for kM128 CTAs that fill an SM (m128_ctas_per_sm): their class
@@ -79,7 +80,8 @@ int64_t slots_per_sm(const DeviceInfo& dev, bool wide) {
 /// Per-CTA constants of one (device, shape, kM16 variant).
 struct CtaModel {
   /// `ctas`: CTAs of the whole plan; fewer than the slots share each SM among fewer CTAs.
-  /// `ws_m128`: the plan's kM128 class runs on the warp-specialized kernel.
+  /// `ws_m128` / `ws_m64`: the plan's kM128 / kM64 class runs on the warp-specialized kernel;
+  /// `pairs`: its kM16 class runs as cluster pairs.
   CtaModel(const DeviceInfo& dev, const PlanShape& s, bool wide_m16, int64_t ctas,
            bool ws_m128 = false, bool pairs = false, bool ws_m64 = false)
       : D(s.head_dim),

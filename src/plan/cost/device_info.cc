@@ -49,8 +49,8 @@ void set_h100_fit(DeviceInfo* d) {
   d->tile_latency_m128_us = 3.069;   // per 64 KV tokens, kM128 CTA
   d->tile_latency_wide_us = 0.1065;  // per 32 KV tokens, wide kM16 CTA
   d->merge_slot_us = 0.03839;        // merge: per partial slot per 128-thread pass (refit: above)
-  d->mask_penalty = 1.289;           // masked kM64/kM128 CTA: x2.29 (whole-warpgroup MMAs)
-  d->mask_penalty_m16 = 0.2094;      // masked kM16 CTA: x1.21
+  d->mask_penalty = 1.289;           // masked kM64/kM128 CTA: up to x2.29 (every pair tested)
+  d->mask_penalty_m16 = 0.2094;      // masked kM16 CTA: up to x1.21 (not refitted since scaled)
   d->path_mask_penalty = 0.056;      // whole-paths kM64/kM128 CTA (paths; refit: below)
   d->path_mask_penalty_m16 = 0.0;    // whole-paths kM16 CTA
   d->cta_bw_factor = 1.992;          // a CTA's KV stream: ~2x its HBM share (L2 re-reads)

@@ -1,18 +1,19 @@
 // Planner `paths` (ours): groups of queries over the union of their root paths, with no partials
 // and no merge. The queries are taken in the tree's preorder (a subtree's queries are adjacent)
-// and cut into groups of at most k consecutive ones, a new group where the next subtree does not
-// fit in what is left of the open one: a subtree of at most k queries is never split, and a group
-// reads another subtree's nodes only where small subtrees fill it together. Each group is one
-// item whose ranges are the nodes on any of its queries' paths, in preorder, each seen only by
-// the rows whose path holds it (DeFT's bit mask, over whole root paths). A node the group shares
-// is read once per group instead of once per query, and each row's whole context is in its item,
-// so every row writes its final output: the call is one launch. k is the cheapest under the cost
-// model (cost-only builders) of 1, 2, 4, ... up to the masked items' query cap, or
-// PlanOptions::paths_group (lowered to the cap) where the caller fixes it; k = 1 is the query plan
-// without its KV splits.
+// and cut into groups of at most k consecutive ones (PathGrouper::cut): plain, k at a time, or
+// aligned, which also starts a group before a subtree of more than k queries where the open group
+// holds queries of a subtree already left. Each group is one item whose ranges are the nodes on
+// any of its queries' paths, in preorder, each seen only by the rows whose path holds it (DeFT's
+// bit mask, over whole root paths). A node the group shares is read once per group instead of
+// once per query, and each row's whole context is in its item, so every row writes its final
+// output: the call is one launch. k is the caller's (PlanOptions::paths_group, lowered to the
+// masked items' query cap) or the cheapest plain cut under the cost model (cost-only builders) of
+// 1, 2, 4, ... up to the cap; at that k the aligned cut replaces the plain one where it differs and
+// the model finds it cheaper. k = 1 is the query plan without its KV splits.
 #include <algorithm>
 #include <bitset>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "plan_builder.h"
@@ -70,7 +71,7 @@ class PathGrouper {
   }
   /// The last cut's groups: their first positions in the preorder of the queries, then the count.
   const std::vector<int32_t>& starts() const { return starts_; }
-  void set_starts(const std::vector<int32_t>& s) { starts_ = s; }
+  void set_starts(std::vector<int32_t> s) { starts_ = std::move(s); }
 
   /// Emits the items of the last cut's groups into `b`.
   void emit(PlanBuilder* b) {
@@ -113,7 +114,7 @@ class PathGrouper {
   std::vector<uint64_t> bits_;    ///< node -> the group's rows whose path holds it
   std::vector<int32_t> nodes_;    ///< the current group's nodes
   std::vector<int32_t> starts_;   ///< the groups' first positions in order_, then its size
-  std::vector<int32_t> path_;     ///< cut's walk: the nodes with queries from a root to here
+  std::vector<int32_t> path_;     ///< cut's walk: from a root to here, nodes with queries below
   int64_t epoch_ = 0;
 };
 
@@ -147,12 +148,14 @@ void paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& op
       if (k == cap) break;
     }
   }
-  grouper.cut(best_k, /*aligned=*/false);
-  std::vector<int32_t> best = grouper.starts();
-  if (fixed > 0) best_us = cost_us(std::numeric_limits<double>::infinity());
   grouper.cut(best_k, /*aligned=*/true);
-  if (grouper.starts() != best && cost_us(best_us) < best_us) best = grouper.starts();
-  grouper.set_starts(best);
+  std::vector<int32_t> aligned = grouper.starts();
+  grouper.cut(best_k, /*aligned=*/false);
+  if (aligned != grouper.starts()) {
+    if (fixed > 0) best_us = cost_us(std::numeric_limits<double>::infinity());
+    grouper.set_starts(std::move(aligned));
+    if (cost_us(best_us) >= best_us) grouper.cut(best_k, /*aligned=*/false);
+  }
   grouper.emit(b);
 }
 

@@ -43,11 +43,11 @@ struct ItemSummary {
   TileClass tile = TileClass::kM16;
   int64_t count = 1;  ///< identical items this entry stands for
   /// The item carries DeFT masks (WorkItem::mask_begin >= 0); its CTA time is scaled by
-  /// 1 + DeviceInfo::mask_penalty (kM64/kM128) or 1 + DeviceInfo::mask_penalty_m16 (kM16), or by
-  /// the path_mask_penalty terms when whole_paths.
+  /// 1 + DeviceInfo::mask_penalty x tested_fraction (kM64/kM128) or 1 + mask_penalty_m16 x
+  /// tested_fraction (kM16), or by the path_mask_penalty terms when whole_paths.
   bool masked = false;
-  /// Masked items: the fraction of (16-row warp slab x KV slice) pairs the kernel computes (a
-  /// warp skips the slices none of its rows sees, MaskedWork::mma_fraction); 1 otherwise.
+  /// Masked items: the fraction of (MMA slab x KV slice) pairs the kernel computes (a warp or
+  /// warpgroup skips the slices none of its rows sees, MaskedWork::mma_fraction); 1 otherwise.
   double mma_fraction = 1.0;
   /// Masked items: of those pairs, the fraction that runs the per-score mask test
   /// (MaskedWork::tested_fraction): the mask penalty scales with it. 1 otherwise.

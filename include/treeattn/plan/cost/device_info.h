@@ -45,9 +45,10 @@ struct DeviceInfo {
   /// slots, a kM128 CTA takes slots / m128_ctas_per_sm of them, with their bandwidth and
   /// tensor-core shares (the kM128 kernels hold one 256-thread CTA of > 128 registers per SM).
   int32_t m128_ctas_per_sm = 0;
-  /// A kM64/kM128 CTA of a masked item (DeFT masks, mask_begin >= 0) takes (1 + mask_penalty) x
-  /// the time of the same item unmasked; a kM16 CTA (1 + mask_penalty_m16) x. The defaults 0 give
-  /// the uncalibrated model; the presets carry the fit (docs/cost_model.md).
+  /// A kM64/kM128 CTA of a masked item (DeFT masks, mask_begin >= 0) takes (1 + mask_penalty x t)
+  /// x the time of the same item unmasked; a kM16 CTA (1 + mask_penalty_m16 x t) x, where t is
+  /// the share of its (slab, slice) pairs that test the mask (MaskedWork::tested_fraction). The
+  /// defaults 0 give the uncalibrated model; the presets carry the fit (docs/cost_model.md).
   double mask_penalty = 0.0;
   double mask_penalty_m16 = 0.0;
   /// The same factors for the masked items of whole root paths (WorkItem::whole_paths, the paths
