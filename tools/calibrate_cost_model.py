@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Fits the cost model's free DeviceInfo parameters to measured benchmark results.
 
-Reads a `treeattn bench --json` results file (bench/results/<gpu>-<date>.json), re-plans every
-(workload, planner) it names, and fits launch_overhead_us, merge_launch_us, item_overhead_us,
-mma_efficiency, the per-tile latency floors and the mask penalties (docs/cost_model.md) so that
+Reads a `treeattn bench --json` results file (bench/results/<gpu>-<date>.json, or .json.gz),
+re-plans every (workload, planner) it names, and fits launch_overhead_us, merge_launch_us,
+item_overhead_us, mma_efficiency, the per-tile latency floors and the mask penalties
+(docs/cost_model.md) so that
 log(estimated time) matches log(median time) over all results (least squares in log space,
 Nelder-Mead over the log of the parameters). Prints the fit, its error before/after, and what
 `auto` would pick per line.
@@ -22,6 +23,7 @@ the script runs itself again with the repository's .venv/bin/python (where tools
 tools/test.sh install it) when that has it, and otherwise says how to get it.
 """
 import argparse
+import gzip
 import json
 import math
 import os
@@ -242,7 +244,8 @@ def main():
                     "base device's mode reads); the others keep the base device's values")
     args = ap.parse_args()
 
-    bench = json.load(open(args.results))
+    with (gzip.open if args.results.endswith(".gz") else open)(args.results, "rt") as f:
+        bench = json.load(f)
     res = bench["results"]
     trees = problems(res)
     groups = sorted({paths_group(r) for r in res} | {0})

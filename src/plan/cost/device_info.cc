@@ -68,9 +68,10 @@ void set_h100_fit(DeviceInfo* d) {
   // mask penalties scaled by the share of (slab, slice) pairs that test the mask: fitted together
   // (--free tile_latency_ws_m64_us,path_mask_penalty,path_mask_penalty_m16,mask_penalty,
   // mask_penalty_m16,tile_latency_ws_m128_us) to the stop-42 sweep of every planner and paths
-  // group on the FastTree, PAT and irregular sets (bench/results/h100-2026-11-27-s42-sweep-*.json,
+  // group on the FastTree, PAT and irregular sets (bench/results/h100-2026-11-27-s42-sweep-*,
   // 3079 plans; rms log 0.228 -> 0.180); kept the ws kM64 floor and the paths penalties, which
-  // the replay of auto's choice over the measured plans favours (docs/cost_model.md).
+  // the replay of auto's choice over the measured plans favours (docs/cost_model.md). The H200
+  // sweep (h200-2026-11-27-s42-sweep-*) ranks no other penalty better on that GPU.
   d->tile_latency_ws_m64_us = 0.8967;  // per 64 KV tokens, kM64 CTA of the ws kernel
   set_h100_latency(d);
 }
