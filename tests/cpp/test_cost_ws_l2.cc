@@ -6,6 +6,7 @@
 // values are refused by name.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <stdexcept>
 #include <string>
 
@@ -99,6 +100,29 @@ TEST(CostWsL2, WsM64TileLatencyOnlyWhereTheKernelsRunWs) {
   EXPECT_DOUBLE_EQ(estimate_items_us(d, s, with_m16, 2, {}),
                    estimate_items_us(off, s, with_m16, 2, {}));
   expect_other_kernel(d, off, s, ws);
+}
+
+TEST(CostWsL2, WsKM128TilesGiveAMaskedItemsFractions) {
+  // A masked kM128 item's fractions on the ws kernel's 128-token tiles (ws_*) apply exactly where
+  // the plan's kM128 class runs there; elsewhere the other kernel's 64-token slices.
+  DeviceInfo d = base_device();
+  d.mask_penalty = 1.0;
+  const PlanShape s = shape();
+  const auto masked = [](int32_t kv, double tested, double ws_tested) {
+    ItemSummary it = m128_items(16, kv);
+    it.masked = true;
+    it.tested_fraction = tested;
+    it.ws_tested_fraction = ws_tested;
+    return it;
+  };
+  ASSERT_TRUE(tile::ws_pays_off(2, 16, 16 * 1024, 0, s.num_kv_heads, d.num_sms));
+  const ItemSummary on_ws = masked(1024, 1.0, 0.5), same = masked(1024, 0.5, 0.5);
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &on_ws, 1, {}), estimate_items_us(d, s, &same, 1, {}));
+  EXPECT_LT(estimate_items_us(d, s, &on_ws, 1, {}),
+            estimate_items_us(d, s, std::array{masked(1024, 1.0, 1.0)}.data(), 1, {}));
+  ASSERT_FALSE(tile::ws_pays_off(2, 16, 16 * 192, 0, s.num_kv_heads, d.num_sms));
+  const ItemSummary off_ws = masked(192, 1.0, 0.5), other = masked(192, 1.0, 1.0);
+  EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &off_ws, 1, {}), estimate_items_us(d, s, &other, 1, {}));
 }
 
 TEST(CostWsL2, WsEfficiencySetsTheFlopTermAndTheTensorBound) {

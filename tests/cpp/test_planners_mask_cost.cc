@@ -190,14 +190,18 @@ TEST(PlannersMaskCost, KM128CtaTakesAllOfAnSmsSlots) {
   EXPECT_THROW(validate_device(d), std::invalid_argument);
 }
 
-/// masked_work by walking the item's tokens one at a time: token t is in slice t / slice; a slab
+/// masked_work by walking the item's tokens one at a time (`ws`: the slices of the warp-specialized
+/// kernel's tiles): token t is in slice t / slice; a slab
 /// runs a slice when a mask word of its tokens has one of the slab's rows, and tests the mask
 /// unless every word has all of them and the slice is whole (the item does not end inside it).
 MaskedWork token_walk(TileClass tile, int group, int head_dim, int rows,
                       const std::vector<int32_t>& lens, const std::vector<uint64_t>& masks,
-                      bool wgmma) {
+                      bool wgmma, bool ws) {
   const int cfg = tile == TileClass::kM16 ? tile::kConfigDeep : static_cast<int>(tile);
-  const int64_t slice = tile::warp_tokens(cfg, head_dim);
+  // the ws kernel's tiles: 64 tokens (kM64), 128 (kM128), for its 64-row consumers
+  const int64_t slice = ws && wgmma && cfg != tile::kConfigDeep && head_dim <= 128
+                            ? (cfg == 2 ? 128 : 64)
+                            : tile::warp_tokens(cfg, head_dim);
   const int per_slab = tile::mma_slab_rows(cfg, head_dim, wgmma);
   const int packed = rows * group;
   const int slabs = std::clamp((packed + per_slab - 1) / per_slab, 1, 128 / per_slab);
@@ -250,9 +254,10 @@ TEST(PlannersMaskCost, MaskedWorkMatchesATokenWalk) {
       const uint64_t rows_mask = rows >= 64 ? ~0ull : (1ull << rows) - 1;
       masks[j] = rng() % 5 == 0 ? rows_mask : rng() & rows_mask;
     }
+    const bool ws = rng() % 2;
     const MaskedWork fast =
-        masked_work(tile, group, head_dim, rows, lens.data(), masks.data(), lens.size(), wgmma);
-    const MaskedWork walk = token_walk(tile, group, head_dim, rows, lens, masks, wgmma);
+        masked_work(tile, group, head_dim, rows, lens.data(), masks.data(), lens.size(), wgmma, ws);
+    const MaskedWork walk = token_walk(tile, group, head_dim, rows, lens, masks, wgmma, ws);
     ASSERT_EQ(fast.mma_fraction, walk.mma_fraction) << "trial " << trial;
     ASSERT_EQ(fast.tested_fraction, walk.tested_fraction) << "trial " << trial;
     full_slices += fast.tested_fraction < 1.0;

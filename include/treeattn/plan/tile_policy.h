@@ -74,6 +74,9 @@ constexpr int num_stages(int cfg) { return cfg == kConfigShort ? 2 : 3; }
 constexpr bool block_layout(int cfg, int head_dim) {
   return (cfg == 1 || cfg == 2) && head_dim <= 128;
 }
+/// KV tokens per tile of the warp-specialized kernel's kM64 (1) and kM128 (2) CTAs (src/kernels/
+/// sm90/config.cuh, WsConfig::BN): a masked item's slice there, per 64-row consumer.
+constexpr int ws_kv_tile(int cls) { return cls == 2 ? 128 : 64; }
 /// Rows one MMA slab covers: a warpgroup's 64 where the kernel runs wgmma (`wgmma`: sm_90a, the
 /// block-layout configs), else a warp's 16. In a masked item the kernel skips a KV slice per slab,
 /// and the cost model counts the same.

@@ -20,6 +20,7 @@
 #pragma once
 
 #include "../kernel_common.cuh"
+#include "treeattn/plan/tile_policy.h"
 
 namespace treeattn::cuda_detail::sm90 {
 
@@ -56,6 +57,8 @@ struct WsConfig {
   static constexpr int NT_O = HD / 8;               ///< n8 tiles of a consumer's O
   static constexpr int KS = HD / 16;                ///< k16 steps of Q K^T
   static constexpr int KV_STEPS = BN / 16;          ///< k16 steps of P V
+  static_assert(BN == tile::ws_kv_tile(SPLIT_KV ? 1 : 2),
+                "the cost model's ws tile (tile_policy.h)");
 
   // ---- threads and registers
   static constexpr int WG_THREADS = 128;

@@ -280,10 +280,12 @@ double dispatch_makespan(std::vector<CtaRun>* runs, int64_t sms, int64_t spm, in
 }  // namespace
 
 MaskedWork masked_work(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
-                       const uint64_t* masks, size_t n, bool wgmma) {
+                       const uint64_t* masks, size_t n, bool wgmma, bool ws) {
   // kernel config: kM64 / kM128 run as their plan class; both kM16 variants take 16-token slices
   const int cfg = tile == TileClass::kM16 ? tile::kConfigDeep : static_cast<int>(tile);
-  const int64_t slice = tile::warp_tokens(cfg, head_dim);
+  const int64_t slice = ws && wgmma && tile::block_layout(cfg, head_dim)
+                            ? tile::ws_kv_tile(cfg)
+                            : tile::warp_tokens(cfg, head_dim);
   const int packed = rows * group;
   const int rows_per_slab = tile::mma_slab_rows(cfg, head_dim, wgmma);
   const int slabs =  // <= 128 rows
@@ -334,6 +336,19 @@ MaskedWork masked_work(TileClass tile, int group, int head_dim, int rows, const 
     w.mma_fraction = static_cast<double>(active) / static_cast<double>(slices * slabs);
   if (active > 0) w.tested_fraction = static_cast<double>(tested) / static_cast<double>(active);
   return w;
+}
+
+void set_masked_work(ItemSummary* it, int group, int head_dim, const int32_t* lens,
+                     const uint64_t* masks, size_t n, bool wgmma) {
+  const MaskedWork w = masked_work(it->tile, group, head_dim, it->rows, lens, masks, n, wgmma);
+  it->mma_fraction = it->ws_mma_fraction = w.mma_fraction;
+  it->tested_fraction = it->ws_tested_fraction = w.tested_fraction;
+  if (it->tile == TileClass::kM128 && wgmma && tile::block_layout(2, head_dim)) {
+    const MaskedWork v =
+        masked_work(it->tile, group, head_dim, it->rows, lens, masks, n, wgmma, /*ws=*/true);
+    it->ws_mma_fraction = v.mma_fraction;
+    it->ws_tested_fraction = v.tested_fraction;
+  }
 }
 
 bool model_uses_wide_m16(const DeviceInfo& dev, int64_t m16_ctas) {
@@ -398,9 +413,13 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     if (prev == nullptr || it.rows != prev->rows || it.partial_rows != prev->partial_rows ||
         it.kv_tokens != prev->kv_tokens || it.tile != prev->tile || it.masked != prev->masked ||
         it.mma_fraction != prev->mma_fraction || it.tested_fraction != prev->tested_fraction ||
+        it.ws_mma_fraction != prev->ws_mma_fraction ||
+        it.ws_tested_fraction != prev->ws_tested_fraction ||
         it.private_tokens != prev->private_tokens || it.whole_paths != prev->whole_paths) {
+      const bool on_ws = ws[2] && it.tile == TileClass::kM128;  // the ws kernel's 128-token tiles
       c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens, it.masked,
-                it.mma_fraction, it.private_tokens, it.whole_paths, it.tested_fraction);
+                on_ws ? it.ws_mma_fraction : it.mma_fraction, it.private_tokens, it.whole_paths,
+                on_ws ? it.ws_tested_fraction : it.tested_fraction);
       runs.push_back({static_cast<int>(it.tile), c.us, 0});
       used_class[static_cast<int>(it.tile)] = true;
       max_us = std::max(max_us, c.us);
@@ -485,11 +504,8 @@ double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
     if (items[i].masked) {
       lens.resize(it.num_ranges);
       for (int32_t j = 0; j < it.num_ranges; ++j) lens[j] = plan.ranges[it.range_begin + j].len;
-      const MaskedWork w =
-          masked_work(it.tile, plan.shape.group(), plan.shape.head_dim, it.num_rows, lens.data(),
+      set_masked_work(&items[i], plan.shape.group(), plan.shape.head_dim, lens.data(),
                       plan.masks.data() + it.mask_begin, lens.size(), dev.warpgroup_mma);
-      items[i].mma_fraction = w.mma_fraction;
-      items[i].tested_fraction = w.tested_fraction;
     }
     for (int32_t r = 0; r < it.num_rows; ++r)
       items[i].partial_rows += plan.rows[it.row_begin + r].slot != kFinalOutput;

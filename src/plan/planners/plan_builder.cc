@@ -170,13 +170,9 @@ int32_t PlanBuilder::end_item(TileClass min_tile) {
     }
     c.masked = item_masked_ && clip_item_masks(c.rows);
     c.tile = std::max(tile_for(c.rows), min_tile);
-    if (c.masked) {
-      const MaskedWork w =
-          masked_work(c.tile, group_, plan_.shape.head_dim, c.rows, cost_lens_.data(),
-                      item_masks_.data(), cost_lens_.size(), warpgroup_mma_);
-      c.mma_fraction = w.mma_fraction;
-      c.tested_fraction = w.tested_fraction;
-    }
+    if (c.masked)
+      set_masked_work(&c, group_, plan_.shape.head_dim, cost_lens_.data(), item_masks_.data(),
+                      cost_lens_.size(), warpgroup_mma_);
     return num_items() - 1;
   }
   WorkItem& it = plan_.items.back();

@@ -52,6 +52,10 @@ struct ItemSummary {
   /// Masked items: of those pairs, the fraction that runs the per-score mask test
   /// (MaskedWork::tested_fraction): the mask penalty scales with it. 1 otherwise.
   double tested_fraction = 1.0;
+  /// Masked kM128 items: the two fractions on the warp-specialized kernel's 128-token tiles,
+  /// which the model takes where the plan's kM128 class runs there (masked_work's `ws`).
+  double ws_mma_fraction = 1.0;
+  double ws_tested_fraction = 1.0;
 };
 
 /// What the kernels run of a masked item's (warp slab, KV slice) pairs.
@@ -67,9 +71,13 @@ struct MaskedWork {
 /// The MaskedWork of an item of `rows` queries of `group` packed rows each and `n` ranges of
 /// lens[j] tokens seen by the rows whose bit is set in masks[j]. A slab is tile::mma_slab_rows
 /// packed rows (16; 64 for kM64/kM128 up to head_dim 128 when `wgmma`); a slice is the tokens one
-/// warp takes of a KV tile (tile_policy.h: 16 for kM16, the whole tile for kM64/kM128).
+/// warp takes of a KV tile (tile_policy.h: 16 for kM16, the whole tile for kM64/kM128), or with
+/// `ws` (a wgmma kM64/kM128 item on the warp-specialized kernel) its tile, tile::ws_kv_tile.
 MaskedWork masked_work(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
-                       const uint64_t* masks, size_t n, bool wgmma);
+                       const uint64_t* masks, size_t n, bool wgmma, bool ws = false);
+/// ItemSummary's four fractions of a masked item (masked_work, and its ws kM128 tiles).
+void set_masked_work(ItemSummary* it, int group, int head_dim, const int32_t* lens,
+                     const uint64_t* masks, size_t n, bool wgmma);
 
 /// True when the kernel runs the kM16 launch of a plan with `m16_ctas` kM16 CTAs (items x KV
 /// heads) in its wide variant (treeattn/plan/tile_policy.h, use_wide_m16), as the model assumes.
