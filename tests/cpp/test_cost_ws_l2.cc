@@ -103,16 +103,16 @@ TEST(CostWsL2, WsM64TileLatencyOnlyWhereTheKernelsRunWs) {
 }
 
 TEST(CostWsL2, WsKM128TilesGiveAMaskedItemsFractions) {
-  // A masked kM128 item's fractions on the ws kernel's 128-token tiles (ws_*) apply exactly where
-  // the plan's kM128 class runs there; elsewhere the other kernel's 64-token slices.
+  // A masked kM128 item's fractions on the ws kernel's 128-token tiles (ws_work) apply exactly
+  // where the plan's kM128 class runs there; elsewhere the other kernel's 64-token slices.
   DeviceInfo d = base_device();
   d.mask_penalty = 1.0;
   const PlanShape s = shape();
   const auto masked = [](int32_t kv, double tested, double ws_tested) {
     ItemSummary it = m128_items(16, kv);
     it.masked = true;
-    it.tested_fraction = tested;
-    it.ws_tested_fraction = ws_tested;
+    it.work.tested_fraction = tested;
+    it.ws_work.tested_fraction = ws_tested;
     return it;
   };
   ASSERT_TRUE(tile::ws_pays_off(2, 16, 16 * 1024, 0, s.num_kv_heads, d.num_sms));

@@ -107,13 +107,13 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   EXPECT_NEAR(path_masked - d.launch_overhead_us, 1.2 * (plain - d.launch_overhead_us),
               1e-9 * plain);
   // the penalty scales with the share of the pairs that test the mask (the rest run unmasked)
-  it.tested_fraction = 0.25;
+  it.work.tested_fraction = 0.25;
   EXPECT_NEAR(estimate_items_us(d, s, &it, 1, {}) - d.launch_overhead_us,
               1.05 * (plain - d.launch_overhead_us), 1e-9 * plain);
   it.whole_paths = false;
   EXPECT_NEAR(estimate_items_us(d, s, &it, 1, {}) - d.launch_overhead_us,
               1.125 * (plain - d.launch_overhead_us), 1e-9 * plain);
-  it.tested_fraction = 1.0;
+  it.work.tested_fraction = 1.0;
   it.tile = TileClass::kM16;  // kM16 items: mask_penalty_m16
   d.mask_penalty_m16 = 0.25;
   const double m16 = estimate_items_us(d, s, &it, 1, {});

@@ -126,8 +126,8 @@ struct CtaModel {
                   scale;
   }
   ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv,
-                      bool masked = false, double mma_fraction = 1.0, int64_t priv = 0,
-                      bool whole_paths = false, double tested_fraction = 1.0) const {
+                      bool masked = false, const MaskedWork& work = {}, int64_t priv = 0,
+                      bool whole_paths = false) const {
     ItemCost c;
     const double tok_bytes = D * 2.0 * kv_dt;  // K and V of one token
     c.kv_bytes = static_cast<double>(kv) * tok_bytes;
@@ -143,7 +143,7 @@ struct CtaModel {
     c.bytes =
         c.kv_bytes + packed * D * dt + partial * (D * 4.0 + 4.0) + (packed - partial) * D * dt;
     c.flops = 4.0 * static_cast<double>(issued_mma_rows(tile, packed)) *
-              static_cast<double>((kv + 63) / 64 * 64) * D * mma_fraction;
+              static_cast<double>((kv + 63) / 64 * 64) * D * work.mma_fraction;
     const int k = static_cast<int>(tile);
     int64_t tiles = (kv + tile_tokens[k] - 1) / tile_tokens[k];
     // a cluster pair's first CTA: the first half of the tiles (a masked item all of them), the
@@ -163,7 +163,8 @@ struct CtaModel {
     const double w = static_cast<double>(weight[k]);  // slots the CTA takes
     const double io_us = (kv_io + (c.bytes - c.kv_bytes) / slot_bw) / w;
     c.us = overhead + std::max({io_us, c.flops * part / (slot_flops[k] * w), lat});
-    if (masked) c.us *= 1.0 + (whole_paths ? path_mask_extra[k] : mask_extra[k]) * tested_fraction;
+    if (masked)
+      c.us *= 1.0 + (whole_paths ? path_mask_extra[k] : mask_extra[k]) * work.tested_fraction;
     if (paired) c.us += pair_us;
     return c;
   }
@@ -340,15 +341,9 @@ MaskedWork masked_work(TileClass tile, int group, int head_dim, int rows, const 
 
 void set_masked_work(ItemSummary* it, int group, int head_dim, const int32_t* lens,
                      const uint64_t* masks, size_t n, bool wgmma) {
-  const MaskedWork w = masked_work(it->tile, group, head_dim, it->rows, lens, masks, n, wgmma);
-  it->mma_fraction = it->ws_mma_fraction = w.mma_fraction;
-  it->tested_fraction = it->ws_tested_fraction = w.tested_fraction;
-  if (it->tile == TileClass::kM128 && wgmma && tile::block_layout(2, head_dim)) {
-    const MaskedWork v =
-        masked_work(it->tile, group, head_dim, it->rows, lens, masks, n, wgmma, /*ws=*/true);
-    it->ws_mma_fraction = v.mma_fraction;
-    it->ws_tested_fraction = v.tested_fraction;
-  }
+  it->work = it->ws_work = masked_work(it->tile, group, head_dim, it->rows, lens, masks, n, wgmma);
+  if (it->tile == TileClass::kM128 && wgmma && tile::block_layout(2, head_dim))
+    it->ws_work = masked_work(it->tile, group, head_dim, it->rows, lens, masks, n, wgmma, true);
 }
 
 bool model_uses_wide_m16(const DeviceInfo& dev, int64_t m16_ctas) {
@@ -412,14 +407,11 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     if (it.count <= 0) continue;
     if (prev == nullptr || it.rows != prev->rows || it.partial_rows != prev->partial_rows ||
         it.kv_tokens != prev->kv_tokens || it.tile != prev->tile || it.masked != prev->masked ||
-        it.mma_fraction != prev->mma_fraction || it.tested_fraction != prev->tested_fraction ||
-        it.ws_mma_fraction != prev->ws_mma_fraction ||
-        it.ws_tested_fraction != prev->ws_tested_fraction ||
+        it.work != prev->work || it.ws_work != prev->ws_work ||
         it.private_tokens != prev->private_tokens || it.whole_paths != prev->whole_paths) {
       const bool on_ws = ws[2] && it.tile == TileClass::kM128;  // the ws kernel's 128-token tiles
       c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens, it.masked,
-                on_ws ? it.ws_mma_fraction : it.mma_fraction, it.private_tokens, it.whole_paths,
-                on_ws ? it.ws_tested_fraction : it.tested_fraction);
+                on_ws ? it.ws_work : it.work, it.private_tokens, it.whole_paths);
       runs.push_back({static_cast<int>(it.tile), c.us, 0});
       used_class[static_cast<int>(it.tile)] = true;
       max_us = std::max(max_us, c.us);

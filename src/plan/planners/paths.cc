@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <bitset>
 #include <limits>
-#include <utility>
 #include <vector>
 
 #include "plan_builder.h"
@@ -39,19 +38,20 @@ class PathGrouper {
     }
   }
 
-  /// Cuts the queries, in preorder, into groups of at most `k` (starts()): a new group where the
-  /// open one is full and, when `aligned`, before a subtree of more than k queries where the open
+  /// Cuts the queries, in preorder, into groups of at most `k`: `starts` gets the groups' first
+  /// positions in the preorder of the queries, then their count. A new group where the open one
+  /// is full and, when `aligned`, before a subtree of more than k queries where the open
   /// group holds queries of a subtree already left (queries at the subtree's ancestors, on its
   /// path, it may join): then a group does not hold the tail of one large subtree and the head of
   /// the next, which read two sets of nodes each seen by part of the rows.
-  void cut(int32_t k, bool aligned) {
+  void cut(int32_t k, bool aligned, std::vector<int32_t>* starts) {
     const int32_t nq = static_cast<int32_t>(order_.size());
-    starts_.clear();
+    starts->clear();
     path_.clear();
     int32_t pos = 0, cur = 0;  // queries placed; of them, in the open group
     int32_t done_end = 0;      // the end of the queries of the subtrees already left
     const auto open = [&] {
-      starts_.push_back(pos);
+      starts->push_back(pos);
       cur = 0;
     };
     for (const int32_t v : index_.preorder) {
@@ -63,20 +63,17 @@ class PathGrouper {
         done_end = pos;
       }
       path_.push_back(v);
-      if (aligned && cur > 0 && below > k && done_end > starts_.back()) open();
+      if (aligned && cur > 0 && below > k && done_end > starts->back()) open();
       for (size_t j = 0; j < index_.own_queries(v).size(); ++j, ++pos, ++cur)
         if (cur == k || pos == 0) open();
     }
-    starts_.push_back(nq);
+    starts->push_back(nq);
   }
-  /// The last cut's groups: their first positions in the preorder of the queries, then the count.
-  const std::vector<int32_t>& starts() const { return starts_; }
-  void set_starts(std::vector<int32_t> s) { starts_ = std::move(s); }
 
-  /// Emits the items of the last cut's groups into `b`.
-  void emit(PlanBuilder* b) {
-    for (size_t g = 0; g + 1 < starts_.size(); ++g) {
-      const int32_t g0 = starts_[g], g1 = starts_[g + 1];
+  /// Emits the items of a cut's groups (`starts`, as cut() gives them) into `b`.
+  void emit(const std::vector<int32_t>& starts, PlanBuilder* b) {
+    for (size_t g = 0; g + 1 < starts.size(); ++g) {
+      const int32_t g0 = starts[g], g1 = starts[g + 1];
       ++epoch_;
       nodes_.clear();
       for (int32_t i = g0; i < g1; ++i) {
@@ -113,7 +110,6 @@ class PathGrouper {
   std::vector<int64_t> stamp_;    ///< node -> the last group that reached it
   std::vector<uint64_t> bits_;    ///< node -> the group's rows whose path holds it
   std::vector<int32_t> nodes_;    ///< the current group's nodes
-  std::vector<int32_t> starts_;   ///< the groups' first positions in order_, then its size
   std::vector<int32_t> path_;     ///< cut's walk: from a root to here, nodes with queries below
   int64_t epoch_ = 0;
 };
@@ -128,35 +124,37 @@ void paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& op
   // cap; then that k's aligned cut where its groups differ and the model finds it cheaper. (The
   // aligned cuts of the other k are not candidates: fewer, larger masked groups that the model
   // prices too low, measured slower on the DeFT set's tree-of-thought lines, bench/NOTES.md.)
-  const auto cost_us = [&](double prune) {
+  const auto cost_us = [&](const std::vector<int32_t>& starts, double prune) {
     PlanBuilder cost(tree, opts, shape, "paths", PlanBuilder::Mode::kCostOnly);
-    grouper.emit(&cost);
+    grouper.emit(starts, &cost);
     return cost.cost_us(opts.device, prune);
   };
-  const int32_t fixed = opts.paths_group > 0 ? fixed_paths_group(opts) : 0;
-  const int32_t cap = fixed > 0 ? fixed : max_queries_per_item(opts, /*masked=*/true);
-  int32_t best_k = cap;
-  double best_us = std::numeric_limits<double>::infinity();
-  if (fixed == 0) {
-    for (int32_t k = 1;; k = std::min(cap, 2 * k)) {
-      grouper.cut(k, /*aligned=*/false);
-      const double us = cost_us(best_us);
-      if (us < best_us) {
-        best_us = us;
-        best_k = k;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<int32_t> plain, aligned;  // the plain cut of the chosen k, and its aligned cut
+  int32_t k = opts.paths_group > 0 ? fixed_paths_group(opts) : 0;
+  double plain_us = inf;
+  if (k == 0) {
+    const int32_t cap = max_queries_per_item(opts, /*masked=*/true);
+    std::vector<int32_t> trial;
+    for (int32_t c = 1;; c = std::min(cap, 2 * c)) {
+      grouper.cut(c, /*aligned=*/false, &trial);
+      const double us = cost_us(trial, plain_us);
+      if (us < plain_us) {
+        plain_us = us;
+        k = c;
+        plain.swap(trial);
       }
-      if (k == cap) break;
+      if (c == cap) break;
     }
+  } else {
+    grouper.cut(k, /*aligned=*/false, &plain);
   }
-  grouper.cut(best_k, /*aligned=*/true);
-  std::vector<int32_t> aligned = grouper.starts();
-  grouper.cut(best_k, /*aligned=*/false);
-  if (aligned != grouper.starts()) {
-    if (fixed > 0) best_us = cost_us(std::numeric_limits<double>::infinity());
-    grouper.set_starts(std::move(aligned));
-    if (cost_us(best_us) >= best_us) grouper.cut(best_k, /*aligned=*/false);
+  grouper.cut(k, /*aligned=*/true, &aligned);
+  if (aligned != plain) {
+    if (plain_us == inf) plain_us = cost_us(plain, inf);
+    if (cost_us(aligned, plain_us) < plain_us) plain.swap(aligned);
   }
-  grouper.emit(b);
+  grouper.emit(plain, b);
 }
 
 }  // namespace treeattn::planners

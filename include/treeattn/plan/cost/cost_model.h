@@ -32,6 +32,20 @@ inline int64_t issued_mma_rows(TileClass tile, int64_t packed_rows) {
 ItemCost estimate_item(const DeviceInfo& dev, const PlanShape& shape, TileClass tile,
                        int32_t packed_rows, int64_t kv_tokens, bool writes_partial);
 
+/// What the kernels run of a masked item's (warp slab, KV slice) pairs.
+struct MaskedWork {
+  /// The pairs whose MMAs run: some row of the slab sees some token of the slice.
+  double mma_fraction = 1.0;
+  /// Of those, the pairs that test every score against the mask: not every row of the slab sees
+  /// every token of the slice (a slice that the item's end cuts short always tests). A shared
+  /// node that every row of a slab sees runs unmasked (the kernels' SliceSeen::full).
+  double tested_fraction = 1.0;
+  bool operator==(const MaskedWork& o) const {
+    return mma_fraction == o.mma_fraction && tested_fraction == o.tested_fraction;
+  }
+  bool operator!=(const MaskedWork& o) const { return !(*this == o); }
+};
+
 /// What the plan-level model reads of one work item: the one cost path that estimate_plan_us and
 /// the planners' cost-only scoring (PlanBuilder's cost-only mode, auto) share.
 struct ItemSummary {
@@ -43,29 +57,16 @@ struct ItemSummary {
   TileClass tile = TileClass::kM16;
   int64_t count = 1;  ///< identical items this entry stands for
   /// The item carries DeFT masks (WorkItem::mask_begin >= 0); its CTA time is scaled by
-  /// 1 + DeviceInfo::mask_penalty x tested_fraction (kM64/kM128) or 1 + mask_penalty_m16 x
-  /// tested_fraction (kM16), or by the path_mask_penalty terms when whole_paths.
+  /// 1 + DeviceInfo::mask_penalty x work.tested_fraction (kM64/kM128) or 1 + mask_penalty_m16 x
+  /// work.tested_fraction (kM16), or by the path_mask_penalty terms when whole_paths.
   bool masked = false;
-  /// Masked items: the fraction of (MMA slab x KV slice) pairs the kernel computes (a warp or
-  /// warpgroup skips the slices none of its rows sees, MaskedWork::mma_fraction); 1 otherwise.
-  double mma_fraction = 1.0;
-  /// Masked items: of those pairs, the fraction that runs the per-score mask test
-  /// (MaskedWork::tested_fraction): the mask penalty scales with it. 1 otherwise.
-  double tested_fraction = 1.0;
-  /// Masked kM128 items: the two fractions on the warp-specialized kernel's 128-token tiles,
-  /// which the model takes where the plan's kM128 class runs there (masked_work's `ws`).
-  double ws_mma_fraction = 1.0;
-  double ws_tested_fraction = 1.0;
-};
-
-/// What the kernels run of a masked item's (warp slab, KV slice) pairs.
-struct MaskedWork {
-  /// The pairs whose MMAs run: some row of the slab sees some token of the slice.
-  double mma_fraction = 1.0;
-  /// Of those, the pairs that test every score against the mask: not every row of the slab sees
-  /// every token of the slice (a slice that the item's end cuts short always tests). A shared
-  /// node that every row of a slab sees runs unmasked (the kernels' SliceSeen::full).
-  double tested_fraction = 1.0;
+  /// Masked items: the share of (MMA slab x KV slice) pairs the kernel computes (a warp or
+  /// warpgroup skips the slices none of its rows sees) and, of those, the share that runs the
+  /// per-score mask test (the mask penalty scales with it); both 1 otherwise.
+  MaskedWork work;
+  /// Masked kM128 items: the same on the warp-specialized kernel's 128-token tiles, which the
+  /// model takes where the plan's kM128 class runs there (masked_work's `ws`); `work` otherwise.
+  MaskedWork ws_work;
 };
 
 /// The MaskedWork of an item of `rows` queries of `group` packed rows each and `n` ranges of
@@ -75,7 +76,7 @@ struct MaskedWork {
 /// `ws` (a wgmma kM64/kM128 item on the warp-specialized kernel) its tile, tile::ws_kv_tile.
 MaskedWork masked_work(TileClass tile, int group, int head_dim, int rows, const int32_t* lens,
                        const uint64_t* masks, size_t n, bool wgmma, bool ws = false);
-/// ItemSummary's four fractions of a masked item (masked_work, and its ws kM128 tiles).
+/// ItemSummary::work and ws_work of a masked item (masked_work, and on the ws kM128 tiles).
 void set_masked_work(ItemSummary* it, int group, int head_dim, const int32_t* lens,
                      const uint64_t* masks, size_t n, bool wgmma);
 
