@@ -138,7 +138,7 @@ def plan_all(trees, dev, planners, groups=(0,)):
             qo, kv, _ = tree.shape
             name += f" heads={qo or 32}/{kv or 8}"
         for p in planners:
-            for g in groups if p in ("paths", "auto") else (0,):
+            for g in groups if p in ("paths", "paths-split", "auto") else (0,):
                 kw = {"paths_group": g} if g else {}  # (a treeattn without the option: g = 0)
                 out[(s, name, p, g)] = treeattn.plan(tree, planner=p, device=dev, **kw)
     return out

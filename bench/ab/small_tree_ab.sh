@@ -16,7 +16,8 @@
 #   6. the lines of EXTRA_LINES (';'-separated level specs), old then new.
 # Files back: summary.txt, tests.txt, timelines.jsonl.gz, ab/summary.txt, ab/bench_old.json,
 # ab/bench_new.json.
-#   OUT=... [TESTS=...] [NEW_STAGES=...] [PROBE_SED=... [PROBE_FILE=...]] [WARM=1] [SKIP_AB=1] [EXTRA_LINES=...] \
+# SKIP_TL=1 skips steps 3 and 4.
+#   OUT=... [TESTS=...] [NEW_STAGES=...] [PROBE_SED=... [PROBE_FILE=...]] [WARM=1] [SKIP_TL=1] [SKIP_AB=1] [EXTRA_LINES=...] \
 #     bash bench/ab/small_tree_ab.sh
 set -u
 source bench/ab/common.sh
@@ -40,13 +41,13 @@ wait
 note "builds: $(($(date +%s) - T0)) s; old $([[ -x build-old/treeattn ]] && echo ok || echo FAILED)"
 [[ -x build-final/treeattn && -x build-old/treeattn ]] || { tail -20 build-old.log >>"$S"; exit 1; }
 
-# ---- the launch floor
-nvcc -O3 -arch=sm_90a -o /tmp/launch_floor bench/ab/launch_floor.cu >/tmp/lf.log 2>&1 &&
+# ---- the launch floor and the timelines (SKIP_TL=1 skips both)
+[[ -z ${SKIP_TL:-} ]] && nvcc -O3 -arch=sm_90a -o /tmp/launch_floor bench/ab/launch_floor.cu >/tmp/lf.log 2>&1 &&
   timeout 60 /tmp/launch_floor 2>&1 | tee -a "$S"
 
 # ---- timelines of the FastTree set, after an L2 flush (as timed) and warm
 : >/tmp/lab_tl.txt
-for b in old final ${PROBE_SED:+probe}; do
+for b in $([[ -z ${SKIP_TL:-} ]] && echo old final ${PROBE_SED:+probe}); do
   bin=./build-$b/treeattn
   [[ $b == probe ]] && bin=/tmp/probe/build-probe/treeattn
   for fl in on ${WARM:+off}; do
@@ -56,7 +57,7 @@ for b in old final ${PROBE_SED:+probe}; do
     sed "s/^{/{\"build\": \"$b\", \"l2_flush\": \"$fl\", /" /tmp/lab_tl_$b$fl.jsonl >>/tmp/lab_tl.txt
   done
 done
-gzip -c /tmp/lab_tl.txt >"$OUT/timelines.jsonl.gz"
+[[ -s /tmp/lab_tl.txt ]] && gzip -c /tmp/lab_tl.txt >"$OUT/timelines.jsonl.gz"
 python3 - /tmp/lab_tl.txt <<'PY' | tee -a "$S"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -21,7 +21,7 @@ const std::vector<std::string>& planner_names() {
 
 namespace {
 
-/// "query, node, ..., paths or auto": the accepted names for error messages.
+/// "query, node, ..., paths-split or auto": the accepted names for error messages.
 std::string planner_list_text() {
   const std::vector<std::string>& names = planner_names();
   std::string s;

@@ -627,7 +627,7 @@ TEST(MakePlan, ArgumentErrorsNameTheArgument) {
   expect_arg_error(t, opts_for("node", 8, 3), "num_kv_heads");
   expect_arg_error(t, opts_for("node", 8, 2, 96), "head_dim");
   expect_arg_error(t, opts_for("node", 256, 1), "num_qo_heads");
-  EXPECT_EQ(planner_names().size(), 9u);
+  EXPECT_EQ(planner_names().size(), 10u);
   EXPECT_EQ(planner_names()[0], "query");
 }
 

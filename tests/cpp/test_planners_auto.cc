@@ -88,7 +88,7 @@ TEST(PlannersAuto, CandidatesAreEveryOtherPlanner) {
   std::vector<std::string> names;
   for (const planners::PlannerEntry* e : planners::auto_candidates()) names.push_back(e->name);
   EXPECT_EQ(names, (std::vector<std::string>{"pat", "fasttree", "node", "forge", "query",
-                                             "node-chunk", "flatten", "paths"}));
+                                             "node-chunk", "flatten", "paths", "paths-split"}));
   std::vector<std::string> all = planner_names();
   EXPECT_EQ(all.back(), "auto");
   all.pop_back();
@@ -102,7 +102,7 @@ TEST(PlannersAuto, CandidatesAreEveryOtherPlanner) {
     ADD_FAILURE() << "unknown planner accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("query, node, node-chunk, flatten, fasttree, pat, forge, "
-                                         "paths or auto"),
+                                         "paths, paths-split or auto"),
               std::string::npos)
         << e.what();
   }

@@ -101,8 +101,8 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   it.masked = true;
   const double masked = estimate_items_us(d, s, &it, 1, {});
   EXPECT_NEAR(masked - d.launch_overhead_us, 1.5 * (plain - d.launch_overhead_us), 1e-9 * plain);
-  // an item of whole root paths (the paths planner's): path_mask_penalty
-  it.whole_paths = true;
+  // an item over root paths (the paths planners'): path_mask_penalty
+  it.path_masks = true;
   const double path_masked = estimate_items_us(d, s, &it, 1, {});
   EXPECT_NEAR(path_masked - d.launch_overhead_us, 1.2 * (plain - d.launch_overhead_us),
               1e-9 * plain);
@@ -110,7 +110,7 @@ TEST(PlannersMaskCost, MaskedItemCostsPenaltyTimesUnmasked) {
   it.work.tested_fraction = 0.25;
   EXPECT_NEAR(estimate_items_us(d, s, &it, 1, {}) - d.launch_overhead_us,
               1.05 * (plain - d.launch_overhead_us), 1e-9 * plain);
-  it.whole_paths = false;
+  it.path_masks = false;
   EXPECT_NEAR(estimate_items_us(d, s, &it, 1, {}) - d.launch_overhead_us,
               1.125 * (plain - d.launch_overhead_us), 1e-9 * plain);
   it.work.tested_fraction = 1.0;

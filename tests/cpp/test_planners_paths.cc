@@ -63,7 +63,7 @@ void check_paths_plan(const PrefixTree& tree, const PlanOptions& o, const std::s
     }
     EXPECT_EQ(it.kv_tokens, union_tokens) << what << " item " << i;
     EXPECT_EQ(it.private_tokens, private_tokens) << what << " item " << i;
-    EXPECT_TRUE(it.whole_paths) << what << " item " << i;
+    EXPECT_TRUE(it.path_masks) << what << " item " << i;
     std::set<int32_t> range_nodes;
     for (int32_t j = 0; j < it.num_ranges; ++j) {
       const int32_t v = plan.ranges[it.range_begin + j].node;

@@ -14,7 +14,9 @@ import pytest
 import treeattn
 from conftest import cow_fill, numpy_oracle, random_block_tables, random_qkv, tree_qkv
 
-PLANNERS = ["query", "node", "node-chunk", "flatten", "fasttree", "pat", "forge", "paths", "auto"]
+PLANNERS = [
+    "query", "node", "node-chunk", "flatten", "fasttree", "pat", "forge", "paths", "paths-split", "auto"
+]
 TOL = 2e-5  # float32 executor vs float64 oracle; outputs are averages of values in [-1, 1)
 
 

@@ -442,7 +442,8 @@ int bench_command(int argc, char** argv) {
   // (planner, paths group) of each plan a line times: every group for paths and auto
   std::vector<std::pair<std::string, int32_t>> planner_runs;
   for (const std::string& pl : planners)
-    for (const int32_t g : pl == "paths" || pl == "auto" ? groups : std::vector<int32_t>{0})
+    for (const int32_t g :
+         pl == "paths" || pl == "paths-split" || pl == "auto" ? groups : std::vector<int32_t>{0})
       planner_runs.emplace_back(pl, g);
   // every (grouped kernel, partials, short kM16, kM16 pairs) setting; the name shows what varies
   std::vector<KernelSetting> kernels;

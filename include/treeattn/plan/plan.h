@@ -67,10 +67,11 @@ struct WorkItem {
   /// that know it (paths), 0 otherwise. The cost model prices them at the CTA's share of HBM
   /// bandwidth, since no L2 re-read can serve them.
   int32_t private_tokens = 0;
-  /// The item is whole root paths (the paths planner's): each row sees its query's whole path,
-  /// so every row writes its final output; a masked one pays the cost model's path_mask_penalty
-  /// instead of flatten's mask_penalty.
-  bool whole_paths = false;
+  /// The item's ranges are nodes of its rows' root paths, each seen by the rows whose path holds
+  /// it (the paths planners' groups: whole, where every row writes its final output, or cut into
+  /// KV pieces): its masks leave mostly whole tiles, so a masked one pays the cost model's
+  /// path_mask_penalty instead of flatten's mask_penalty.
+  bool path_masks = false;
 };
 
 struct PlanShape {

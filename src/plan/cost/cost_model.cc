@@ -16,8 +16,8 @@
 // A masked item has its CTA time scaled by 1 + mask_penalty x t (kM64/kM128) or
 // 1 + mask_penalty_m16 x t (kM16), fitted on flatten's DeFT blocks, where t is the share of its
 // (slab, slice) pairs that test the mask (MaskedWork::tested_fraction: a slice that every row of a
-// slab sees runs unmasked); an item of whole root paths (the paths planner's,
-// WorkItem::whole_paths) takes path_mask_penalty(_m16) instead.
+// slab sees runs unmasked); an item over root paths (the paths planners',
+// WorkItem::path_masks) takes path_mask_penalty(_m16) instead.
 // KV tokens an item alone reads (WorkItem::private_tokens) stream at the slot's HBM share; the
 // others at up to cta_bw_factor x it (L2 re-reads).
 // Tile sizes and which kM16 variant runs come from the kernels' tile policy
@@ -127,7 +127,7 @@ struct CtaModel {
   }
   ItemCost operator()(TileClass tile, int64_t packed, int64_t partial, int64_t kv,
                       bool masked = false, const MaskedWork& work = {}, int64_t priv = 0,
-                      bool whole_paths = false) const {
+                      bool path_masks = false) const {
     ItemCost c;
     const double tok_bytes = D * 2.0 * kv_dt;  // K and V of one token
     c.kv_bytes = static_cast<double>(kv) * tok_bytes;
@@ -164,7 +164,7 @@ struct CtaModel {
     const double io_us = (kv_io + (c.bytes - c.kv_bytes) / slot_bw) / w;
     c.us = overhead + std::max({io_us, c.flops * part / (slot_flops[k] * w), lat});
     if (masked)
-      c.us *= 1.0 + (whole_paths ? path_mask_extra[k] : mask_extra[k]) * work.tested_fraction;
+      c.us *= 1.0 + (path_masks ? path_mask_extra[k] : mask_extra[k]) * work.tested_fraction;
     if (paired) c.us += pair_us;
     return c;
   }
@@ -177,7 +177,7 @@ struct CtaModel {
   double slot_flops[kNumTileClasses] = {0, 0, 0};  ///< a slot's share of it
   /// A masked item's CTA time grows by this share of it for the pairs that test the mask
   double mask_extra[kNumTileClasses] = {0, 0, 0};
-  double path_mask_extra[kNumTileClasses] = {0, 0, 0};  ///< the same, whole-paths items
+  double path_mask_extra[kNumTileClasses] = {0, 0, 0};  ///< the same, items over root paths
   int64_t tile_tokens[kNumTileClasses] = {64, 64, 64};
   int64_t weight[kNumTileClasses] = {1, 1, 1};  ///< slots one CTA of the class takes
   double tile_lat[kNumTileClasses] = {0, 0, 0};
@@ -408,10 +408,10 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
     if (prev == nullptr || it.rows != prev->rows || it.partial_rows != prev->partial_rows ||
         it.kv_tokens != prev->kv_tokens || it.tile != prev->tile || it.masked != prev->masked ||
         it.work != prev->work || it.ws_work != prev->ws_work ||
-        it.private_tokens != prev->private_tokens || it.whole_paths != prev->whole_paths) {
+        it.private_tokens != prev->private_tokens || it.path_masks != prev->path_masks) {
       const bool on_ws = ws[2] && it.tile == TileClass::kM128;  // the ws kernel's 128-token tiles
       c = model(it.tile, it.rows * group, it.partial_rows * group, it.kv_tokens, it.masked,
-                on_ws ? it.ws_work : it.work, it.private_tokens, it.whole_paths);
+                on_ws ? it.ws_work : it.work, it.private_tokens, it.path_masks);
       runs.push_back({static_cast<int>(it.tile), c.us, 0});
       used_class[static_cast<int>(it.tile)] = true;
       max_us = std::max(max_us, c.us);
@@ -490,7 +490,7 @@ double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
     items[i].rows = it.num_rows;
     items[i].kv_tokens = it.kv_tokens;
     items[i].private_tokens = it.private_tokens;
-    items[i].whole_paths = it.whole_paths;
+    items[i].path_masks = it.path_masks;
     items[i].tile = it.tile;
     items[i].masked = it.mask_begin >= 0;
     if (items[i].masked) {

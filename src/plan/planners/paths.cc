@@ -70,39 +70,101 @@ class PathGrouper {
     starts->push_back(nq);
   }
 
-  /// Emits the items of a cut's groups (`starts`, as cut() gives them) into `b`.
-  void emit(const std::vector<int32_t>& starts, PlanBuilder* b) {
+  /// The KV tokens of a cut's groups: each group's nodes counted once.
+  int64_t tokens(const std::vector<int32_t>& starts) {
+    int64_t total = 0;
+    for (size_t g = 0; g + 1 < starts.size(); ++g) {
+      collect(starts[g], starts[g + 1]);
+      for (const int32_t v : nodes_) total += tree_.nodes[v].tokens;
+    }
+    return total;
+  }
+
+  /// Emits the items of a cut's groups (`starts`, as cut() gives them) into `b`: one item a group
+  /// when `piece_tokens` is 0, else each group's tokens cut into near-equal KV pieces of at most
+  /// `piece_tokens`, an item each over the rows that see some of its tokens.
+  void emit(const std::vector<int32_t>& starts, int64_t piece_tokens, PlanBuilder* b) {
     for (size_t g = 0; g + 1 < starts.size(); ++g) {
       const int32_t g0 = starts[g], g1 = starts[g + 1];
-      ++epoch_;
-      nodes_.clear();
-      for (int32_t i = g0; i < g1; ++i) {
-        const uint64_t bit = 1ull << (i - g0);
-        for (int32_t v = tree_.query_node[order_[i]]; v != kNoParent; v = tree_.nodes[v].parent) {
-          if (stamp_[v] != epoch_) {
-            stamp_[v] = epoch_;
-            bits_[v] = 0;
-            nodes_.push_back(v);
-          }
-          bits_[v] |= bit;
+      collect(g0, g1);
+      if (piece_tokens <= 0) {
+        b->begin_item();
+        b->add_rows(order_.data() + g0, g1 - g0);
+        int32_t priv = 0;  // tokens of the nodes whose every query is in this group
+        for (const int32_t v : nodes_) {
+          b->add_masked_range(v, 0, tree_.nodes[v].tokens, bits_[v]);
+          if (group_private(v)) priv += tree_.nodes[v].tokens;
         }
+        b->mark_path_masks(priv);
+        b->end_item();
+        continue;
       }
-      std::sort(nodes_.begin(), nodes_.end(),
-                [this](int32_t a, int32_t c) { return pre_pos_[a] < pre_pos_[c]; });
-      b->begin_item();
-      b->add_rows(order_.data() + g0, g1 - g0);
-      int32_t priv = 0;  // tokens of the nodes whose every query is in this group (<= kv_tokens)
-      for (const int32_t v : nodes_) {
-        b->add_masked_range(v, 0, tree_.nodes[v].tokens, bits_[v]);
-        if (std::bitset<64>(bits_[v]).count() == index_.queries_below(v).size())
-          priv += tree_.nodes[v].tokens;
+      int64_t total = 0;
+      for (const int32_t v : nodes_) total += tree_.nodes[v].tokens;
+      const KvPieces pieces = split_pieces(total, pieces_at_most(total, piece_tokens));
+      size_t j = 0;     // the first node that reaches into the current piece
+      int64_t pos = 0;  // its first token's position in the group's concatenation
+      for (int32_t p = 0; p < pieces.parts; ++p) {
+        const int64_t pb = pieces.begin(p), pe = pieces.begin(p + 1);
+        while (pos + tree_.nodes[nodes_[j]].tokens <= pb) pos += tree_.nodes[nodes_[j++]].tokens;
+        uint64_t present = 0;  // the group's rows that see some token of the piece
+        for (size_t i = j, at = pos; i < nodes_.size() && static_cast<int64_t>(at) < pe;
+             at += tree_.nodes[nodes_[i++]].tokens)
+          present |= bits_[nodes_[i]];
+        rows_.clear();
+        for (uint64_t m = present; m != 0; m &= m - 1)
+          rows_.push_back(order_[g0 + __builtin_ctzll(m)]);
+        b->begin_item();
+        b->add_rows(rows_.data(), static_cast<int32_t>(rows_.size()));
+        int64_t priv = 0, at = pos;
+        for (size_t i = j; i < nodes_.size() && at < pe; at += tree_.nodes[nodes_[i++]].tokens) {
+          const int32_t v = nodes_[i];
+          const int64_t b0 = std::max(pb, at), b1 = std::min(pe, at + tree_.nodes[v].tokens);
+          b->add_masked_range(v, static_cast<int32_t>(b0 - at), static_cast<int32_t>(b1 - at),
+                              compress(bits_[v], present));
+          if (group_private(v)) priv += b1 - b0;
+        }
+        b->mark_path_masks(static_cast<int32_t>(priv));
+        b->end_item();
       }
-      b->mark_whole_paths(priv);
-      b->end_item();
     }
   }
 
  private:
+  /// The nodes on the paths of the group's queries [g0, g1) (in the preorder of the queries) into
+  /// nodes_, in preorder, each with bits_ = the group's rows whose path holds it.
+  void collect(int32_t g0, int32_t g1) {
+    ++epoch_;
+    nodes_.clear();
+    for (int32_t i = g0; i < g1; ++i) {
+      const uint64_t bit = 1ull << (i - g0);
+      for (int32_t v = tree_.query_node[order_[i]]; v != kNoParent; v = tree_.nodes[v].parent) {
+        if (stamp_[v] != epoch_) {
+          stamp_[v] = epoch_;
+          bits_[v] = 0;
+          nodes_.push_back(v);
+        }
+        bits_[v] |= bit;
+      }
+    }
+    std::sort(nodes_.begin(), nodes_.end(),
+              [this](int32_t a, int32_t c) { return pre_pos_[a] < pre_pos_[c]; });
+  }
+  /// Whether every query below node v (of the current group's nodes) is in the group: then no
+  /// other group reads v.
+  bool group_private(int32_t v) const {
+    return std::bitset<64>(bits_[v]).count() == index_.queries_below(v).size();
+  }
+  /// The bits of `mask` at the positions of the set bits of `present`, packed from bit 0 (row r of
+  /// the group -> its position among the present rows).
+  static uint64_t compress(uint64_t mask, uint64_t present) {
+    uint64_t out = 0;
+    int32_t r = 0;
+    for (uint64_t m = present; m != 0; m &= m - 1, ++r)
+      if (mask & (m & (~m + 1))) out |= 1ull << r;
+    return out;
+  }
+
   const PrefixTree& tree_;
   const TreeIndex& index_;
   std::vector<int32_t> order_;    ///< queries in the preorder of their nodes
@@ -110,38 +172,70 @@ class PathGrouper {
   std::vector<int64_t> stamp_;    ///< node -> the last group that reached it
   std::vector<uint64_t> bits_;    ///< node -> the group's rows whose path holds it
   std::vector<int32_t> nodes_;    ///< the current group's nodes
+  std::vector<int32_t> rows_;     ///< emit: the queries of the current piece
   std::vector<int32_t> path_;     ///< cut's walk: from a root to here, nodes with queries below
   int64_t epoch_ = 0;
 };
 
 }  // namespace
 
-void paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
-           PlanBuilder* b) {
+namespace {
+
+/// The paths planners: `split` cuts each group into KV pieces (paths_split), else one item a group
+/// (paths).
+void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, bool split,
+                PlanBuilder* b) {
   PathGrouper grouper(tree, index);
   const PlanShape shape = plan_shape(tree, opts);
+  const char* name = split ? "paths-split" : "paths";
+  // A cut's cost: whole groups, or (split) the cheapest of its groups cut into pieces of at most
+  // the tokens that spread its KV over 1/2, 1, 2 or 4 waves of the device's CTA slots (multiples
+  // of 64 tokens, at least 64); `piece` gets that length.
+  const int64_t slots = device_slots(opts.device);
+  const auto cost_us = [&](const std::vector<int32_t>& starts, double prune, int64_t* piece) {
+    const auto one = [&](int64_t piece_tokens, double bound) {
+      PlanBuilder cost(tree, opts, shape, name, PlanBuilder::Mode::kCostOnly);
+      grouper.emit(starts, piece_tokens, &cost);
+      return cost.cost_us(opts.device, bound);
+    };
+    *piece = 0;
+    if (!split) return one(0, prune);
+    const int64_t work = grouper.tokens(starts) * opts.num_kv_heads;
+    double best = prune;
+    int64_t last = -1;
+    static constexpr double kWaves[] = {0.5, 1.0, 2.0, 4.0};
+    for (const double w : kWaves) {
+      const int64_t len = std::max<int64_t>(
+          64, 64 * ceil_div(static_cast<int64_t>(work / (w * static_cast<double>(slots))), 64));
+      if (len == last) continue;
+      last = len;
+      const double us = one(len, best);
+      if (us < best) {
+        best = us;
+        *piece = len;
+      }
+    }
+    return best;
+  };
   // k: the caller's, or the cheapest plain cut under the cost model of 1, 2, 4, ... up to the
   // cap; then that k's aligned cut where its groups differ and the model finds it cheaper. (The
   // aligned cuts of the other k are not candidates: fewer, larger masked groups that the model
   // prices too low, measured slower on the DeFT set's tree-of-thought lines, bench/NOTES.md.)
-  const auto cost_us = [&](const std::vector<int32_t>& starts, double prune) {
-    PlanBuilder cost(tree, opts, shape, "paths", PlanBuilder::Mode::kCostOnly);
-    grouper.emit(starts, &cost);
-    return cost.cost_us(opts.device, prune);
-  };
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<int32_t> plain, aligned;  // the plain cut of the chosen k, and its aligned cut
   int32_t k = opts.paths_group > 0 ? fixed_paths_group(opts) : 0;
   double plain_us = inf;
+  int64_t piece = 0, trial_piece = 0;
   if (k == 0) {
     const int32_t cap = max_queries_per_item(opts, /*masked=*/true);
     std::vector<int32_t> trial;
     for (int32_t c = 1;; c = std::min(cap, 2 * c)) {
       grouper.cut(c, /*aligned=*/false, &trial);
-      const double us = cost_us(trial, plain_us);
+      const double us = cost_us(trial, plain_us, &trial_piece);
       if (us < plain_us) {
         plain_us = us;
         k = c;
+        piece = trial_piece;
         plain.swap(trial);
       }
       if (c == cap) break;
@@ -151,10 +245,27 @@ void paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& op
   }
   grouper.cut(k, /*aligned=*/true, &aligned);
   if (aligned != plain) {
-    if (plain_us == inf) plain_us = cost_us(plain, inf);
-    if (cost_us(aligned, plain_us) < plain_us) plain.swap(aligned);
+    if (plain_us == inf) plain_us = cost_us(plain, inf, &piece);
+    if (cost_us(aligned, plain_us, &trial_piece) < plain_us) {
+      plain.swap(aligned);
+      piece = trial_piece;
+    }
+  } else if (split && plain_us == inf) {
+    cost_us(plain, inf, &piece);
   }
-  grouper.emit(plain, b);
+  grouper.emit(plain, piece, b);
+}
+
+}  // namespace
+
+void paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
+           PlanBuilder* b) {
+  plan_paths(tree, index, opts, /*split=*/false, b);
+}
+
+void paths_split(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
+                 PlanBuilder* b) {
+  plan_paths(tree, index, opts, /*split=*/true, b);
 }
 
 }  // namespace treeattn::planners

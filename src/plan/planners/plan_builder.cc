@@ -120,18 +120,18 @@ void PlanBuilder::add_kv_range(const KvRange& r, uint64_t mask) {
   if (mask != ~0ull) item_masked_ = true;
 }
 
-void PlanBuilder::mark_whole_paths(int32_t private_tokens) {
+void PlanBuilder::mark_path_masks(int32_t private_tokens) {
   TA_CHECK_INTERNAL(cost_only_ ? !cost_items_.empty() : !plan_.items.empty(),
-                    "mark_whole_paths without an open item");
+                    "mark_path_masks without an open item");
   const int32_t kv = cost_only_ ? cost_items_.back().kv_tokens : plan_.items.back().kv_tokens;
   TA_CHECK_INTERNAL(private_tokens >= 0 && private_tokens <= kv, "private_tokens ", private_tokens,
                     " outside the open item's [0, ", kv, "]");
   if (cost_only_) {
     cost_items_.back().private_tokens = private_tokens;
-    cost_items_.back().whole_paths = true;
+    cost_items_.back().path_masks = true;
   } else {
     plan_.items.back().private_tokens = private_tokens;
-    plan_.items.back().whole_paths = true;
+    plan_.items.back().path_masks = true;
   }
 }
 

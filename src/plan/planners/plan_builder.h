@@ -121,9 +121,9 @@ class PlanBuilder {
   void add_masked_range(int32_t node, int32_t begin, int32_t end, uint64_t mask);
   /// Adds an already made range (make_range() over plan()/page_memo(), for tests and tools).
   void add_kv_range(const KvRange& r, uint64_t mask = ~0ull);
-  /// Marks the open item as whole root paths (WorkItem::whole_paths) with `private_tokens` of
+  /// Marks the open item as path-shaped (WorkItem::path_masks) with `private_tokens` of
   /// its KV read by no other item (WorkItem::private_tokens); call after its ranges.
-  void mark_whole_paths(int32_t private_tokens);
+  void mark_path_masks(int32_t private_tokens);
   /// Adds the ranges covering tokens [tok_begin, tok_end) of the concatenation of the nodes
   /// path[0..n) (root first); a range may start or end mid-node.
   void add_path_ranges(const int32_t* path, int32_t n, int64_t tok_begin, int64_t tok_end);

@@ -7,10 +7,15 @@ namespace treeattn::planners {
 
 const std::vector<PlannerEntry>& planner_table() {
   static const std::vector<PlannerEntry> table = {
-      {"query", query, SlotOrder::kByQuery, 4},         {"node", node, SlotOrder::kByQuery, 2},
-      {"node-chunk", node_chunk, SlotOrder::kByRow, 5}, {"flatten", flatten, SlotOrder::kByRow, 6},
-      {"fasttree", fasttree, SlotOrder::kByRow, 1},     {"pat", pat, SlotOrder::kByRow, 0},
-      {"forge", forge, SlotOrder::kByRow, 3},           {"paths", paths, SlotOrder::kByRow, 7},
+      {"query", query, SlotOrder::kByQuery, 4},
+      {"node", node, SlotOrder::kByQuery, 2},
+      {"node-chunk", node_chunk, SlotOrder::kByRow, 5},
+      {"flatten", flatten, SlotOrder::kByRow, 6},
+      {"fasttree", fasttree, SlotOrder::kByRow, 1},
+      {"pat", pat, SlotOrder::kByRow, 0},
+      {"forge", forge, SlotOrder::kByRow, 3},
+      {"paths", paths, SlotOrder::kByRow, 7},
+      {"paths-split", paths_split, SlotOrder::kByRow, 8},
       {"auto", nullptr, SlotOrder::kByRow, -1}};
   return table;
 }

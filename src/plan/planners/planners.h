@@ -33,6 +33,8 @@ void fasttree(const PrefixTree& tree, const TreeIndex& index, const PlanOptions&
 void pat(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, PlanBuilder* b);
 void forge(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, PlanBuilder* b);
 void paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, PlanBuilder* b);
+void paths_split(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts,
+                 PlanBuilder* b);
 Plan auto_plan(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts);
 
 /// One row of the planner table.
@@ -45,7 +47,7 @@ struct PlannerEntry {
   int32_t auto_rank;
 };
 /// Every planner in display order (planner_names()): query, node, node-chunk, flatten, fasttree,
-/// pat, forge, paths, auto.
+/// pat, forge, paths, paths-split, auto.
 const std::vector<PlannerEntry>& planner_table();
 /// The entry named `name`, or nullptr for unknown names.
 const PlannerEntry* find_planner(const std::string& name);

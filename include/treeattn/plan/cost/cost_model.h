@@ -53,12 +53,12 @@ struct ItemSummary {
   int32_t partial_rows = 0;  ///< of them, rows writing a partial slot
   int32_t kv_tokens = 0;
   int32_t private_tokens = 0;  ///< of kv_tokens, read by no other item (WorkItem::private_tokens)
-  bool whole_paths = false;    ///< WorkItem::whole_paths: the path mask penalties
+  bool path_masks = false;     ///< WorkItem::path_masks: the path mask penalties
   TileClass tile = TileClass::kM16;
   int64_t count = 1;  ///< identical items this entry stands for
   /// The item carries DeFT masks (WorkItem::mask_begin >= 0); its CTA time is scaled by
   /// 1 + DeviceInfo::mask_penalty x work.tested_fraction (kM64/kM128) or 1 + mask_penalty_m16 x
-  /// work.tested_fraction (kM16), or by the path_mask_penalty terms when whole_paths.
+  /// work.tested_fraction (kM16), or by the path_mask_penalty terms when path_masks.
   bool masked = false;
   /// Masked items: the share of (MMA slab x KV slice) pairs the kernel computes (a warp or
   /// warpgroup skips the slices none of its rows sees) and, of those, the share that runs the

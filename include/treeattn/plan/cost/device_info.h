@@ -51,8 +51,8 @@ struct DeviceInfo {
   /// defaults 0 give the uncalibrated model; the presets carry the fit (docs/cost_model.md).
   double mask_penalty = 0.0;
   double mask_penalty_m16 = 0.0;
-  /// The same factors for the masked items of whole root paths (WorkItem::whole_paths, the paths
-  /// planner's): path_mask_penalty for kM64/kM128, path_mask_penalty_m16 for kM16, fitted on
+  /// The same factors for the masked items over root paths (WorkItem::path_masks, the paths
+  /// planners'): path_mask_penalty for kM64/kM128, path_mask_penalty_m16 for kM16, fitted on
   /// the paths sweep (docs/cost_model.md). Every mask penalty scales with the share of the item's
   /// (slab, slice) pairs that test the mask (MaskedWork::tested_fraction, cost_model.h).
   double path_mask_penalty = 0.0;
