@@ -192,7 +192,7 @@ grep -q '^query  *query ' "$TMP/out" || { echo "FAIL: plan table chosen column";
 grep -q '"planner": "auto", "chosen": "paths"' "$TMP/chosen.json" &&
   grep -q '"planner": "pat", "chosen": "pat"' "$TMP/chosen.json" ||
   { echo "FAIL: plan --json chosen"; cat "$TMP/chosen.json"; failures=$((failures + 1)); }
-ok "plan auto own" "$CLI" plan --workload fasttree:17 --planner auto
+ok "plan auto own" "$CLI" plan --workload fasttree:23 --planner auto
 grep -q '^auto  *auto ' "$TMP/out" || { echo "FAIL: auto's own plan not 'auto'"; failures=$((failures + 1)); }
 # the device is the cost-model preset, and est us is explained
 grep -q 'cost-model preset h200' "$TMP/out" && grep -q "^est us: the cost model's estimated" "$TMP/out" ||

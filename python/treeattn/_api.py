@@ -285,9 +285,9 @@ def plan(tree: PrefixTree, num_qo_heads: Optional[int] = None,
     dtype: q/out element type (cost model only). kv_dtype: None (the default, K/V like dtype),
     'fp8_e4m3' / 'fp8_e5m2' or torch.float8_e4m3fn / torch.float8_e5m2 for an fp8 KV cache (1 byte
     per element: decode() then needs fp8 caches, and refuses them with a plan made without it).
-    paths_group: most queries per item of the 'paths' planner, also where 'auto' scores it (0, the
-    default, lets the cost model choose; 1 to 64 fixes it, lowered to what the head group allows:
-    128 packed rows).
+    paths_group: most queries per group of the 'paths' and 'paths-split' planners, also where 'auto'
+    scores them (0, the default, lets the cost model choose; 1 to 64 fixes it, lowered to what the
+    head group allows: 128 packed rows).
     headroom >= 1 sizes the device layout up so later,
     larger plans can be update()d into the same workspace. reuse: an earlier Plan to refresh in
     place (reuse.update(new plan, stream)); it is returned instead of a new object.

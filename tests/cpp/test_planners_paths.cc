@@ -3,7 +3,9 @@
 // rows whose path holds it; WorkItem::private_tokens counts exactly the item's nodes that no other
 // item reads; where the cost model prefers it, groups of queries share their prefix; and a group
 // size fixed by PlanOptions::paths_group is the one used, the groups cut plain or aligned to the
-// subtrees.
+// subtrees. The paths-split planner: the same groups, each cut into near-equal KV pieces over the
+// rows that see some of each piece, each token of a group in one piece, the rows of split queries
+// merged.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "plan/planners/planners.h"
+#include "treeattn/plan/coverage.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/levels.h"
 #include "treeattn/tree/random_tree.h"
@@ -244,6 +247,116 @@ TEST(PlannersPaths, AGroupDoesNotStraddleTwoSubtreesThatEachFillOne) {
   ASSERT_EQ(plan.items.size(), 16u);  // 32 + 28 queries a request
   for (const WorkItem& it : plan.items) EXPECT_EQ(it.kv_tokens, 16 + 512 + 8 * it.num_rows);
   EXPECT_EQ(plan_groups(plan), reference_groups(tree, 32, true));
+}
+
+/// Checks a paths-split plan made with group size `k` against the reference groups: every item's
+/// queries lie in one group (of the plain or the aligned cut, whichever the plan took); a group's
+/// items hold its nodes' tokens once in all, in pieces that differ by at most one token; every row
+/// sees some token of its item; private_tokens counts the item's tokens of nodes that only the
+/// group's queries use; a query with one row writes its output, the others merge.
+void check_split_plan(const PrefixTree& tree, const PlanOptions& o, int32_t k,
+                      const std::string& what) {
+  const Plan plan = make_plan(tree, o);
+  ASSERT_EQ(plan.chosen_planner, "paths-split") << what;
+  validate_plan(plan);
+  check_coverage(tree, plan);
+  std::map<int32_t, std::set<int32_t>> users;  // node -> the queries whose path holds it
+  for (int32_t q = 0; q < tree.num_queries(); ++q)
+    for (const int32_t v : query_path(tree, q)) users[v].insert(q);
+  std::vector<int32_t> rows_of(static_cast<size_t>(tree.num_queries()), 0);
+  for (const PlanRow& r : plan.rows) ++rows_of[r.query];
+  bool matched = false;
+  for (const bool aligned : {false, true}) {
+    const auto ref = reference_groups(tree, k, aligned);
+    std::vector<const std::set<int32_t>*> group_of(static_cast<size_t>(tree.num_queries()));
+    for (const auto& g : ref)
+      for (const int32_t q : g) group_of[q] = &g;
+    // items per group, in plan order
+    std::map<const std::set<int32_t>*, std::vector<const WorkItem*>> items;
+    bool fits = true;
+    for (const WorkItem& it : plan.items) {
+      const std::set<int32_t>* g = group_of[plan.rows[it.row_begin].query];
+      for (int32_t r = 0; r < it.num_rows; ++r)
+        fits = fits && g->count(plan.rows[it.row_begin + r].query) > 0;
+      items[g].push_back(&it);
+    }
+    if (!fits || items.size() != ref.size()) continue;
+    matched = true;
+    for (const auto& [g, its] : items) {
+      int64_t union_tokens = 0, got = 0, lo = INT64_MAX, hi = 0;
+      std::set<int32_t> nodes;
+      for (const int32_t q : *g)
+        for (const int32_t v : query_path(tree, q)) nodes.insert(v);
+      for (const int32_t v : nodes) union_tokens += tree.nodes[v].tokens;
+      for (const WorkItem* it : its) {
+        EXPECT_TRUE(it->path_masks) << what;
+        got += it->kv_tokens;
+        lo = std::min<int64_t>(lo, it->kv_tokens);
+        hi = std::max<int64_t>(hi, it->kv_tokens);
+        uint64_t seen = 0;  // rows that see some token of the item
+        int64_t priv = 0;
+        for (int32_t j = 0; j < it->num_ranges; ++j) {
+          const KvRange& rg = plan.ranges[it->range_begin + j];
+          seen |= it->mask_begin < 0 ? ~0ull : plan.masks[it->mask_begin + j];
+          bool only_group = true;
+          for (const int32_t u : users[rg.node]) only_group = only_group && g->count(u) > 0;
+          if (only_group) priv += rg.len;
+        }
+        const uint64_t all = it->num_rows == 64 ? ~0ull : (1ull << it->num_rows) - 1;
+        EXPECT_EQ(seen & all, all) << what << ": a row sees none of its item";
+        EXPECT_EQ(it->private_tokens, priv) << what;
+      }
+      EXPECT_EQ(got, union_tokens) << what;
+      EXPECT_LE(hi - lo, 1) << what << ": unequal pieces";
+    }
+    break;
+  }
+  EXPECT_TRUE(matched) << what << ": items outside the reference groups";
+  for (const PlanRow& r : plan.rows)
+    EXPECT_EQ(r.slot == kFinalOutput, rows_of[r.query] == 1) << what << " query " << r.query;
+}
+
+TEST(PlannersPathsSplit, ThePathsGroupsCutIntoPiecesAndMerged) {
+  std::vector<PrefixTree> trees = {tree_from_levels(parse_levels("N=1,4,256 C=8,256,32")),
+                                   tree_from_levels(parse_levels("N=1,3,7,50 C=9,33,17,5")),
+                                   tree_from_levels(parse_levels("N=1,48 C=3000,1"))};
+  for (const uint64_t seed : {5, 11, 17, 23}) {
+    RandomTreeOptions ro;
+    ro.page_size = 1 + static_cast<int32_t>(seed % 4) * 5;
+    trees.push_back(random_tree(seed, ro));
+  }
+  int split = 0;
+  for (size_t ti = 0; ti < trees.size(); ++ti)
+    for (const auto& [qo, kv] : std::vector<std::pair<int, int>>{{16, 1}, {8, 1}, {32, 8}})
+      for (const int32_t g : {1, 4, 16, 64}) {
+        PlanOptions o = paths_options(qo, kv);
+        o.planner = "paths-split";
+        o.paths_group = g;
+        const std::string what = "tree " + std::to_string(ti) + " " + std::to_string(qo) + "/" +
+                                 std::to_string(kv) + " group " + std::to_string(g);
+        check_split_plan(trees[ti], o, fixed_paths_group(o), what);
+        split += make_plan(trees[ti], o).num_slots > 0;
+      }
+  EXPECT_GT(split, 0);  // some plans cut their groups (and merge)
+}
+
+TEST(PlannersPathsSplit, ALongSharedPromptIsReadOncePerGroupAcrossTheSMs) {
+  // 48 draft queries of one token each under a 3000-token prompt, 8 query heads per KV head
+  // (16 queries fill a kM128 CTA): paths reads the prompt in 3 CTAs, one per group; paths-split
+  // reads it once per group too, in pieces that spread it over the SMs, and every query merges
+  // its pieces.
+  const PrefixTree tree = tree_from_levels(parse_levels("N=1,48 C=3000,1"));
+  PlanOptions o = paths_options(8, 1);
+  o.planner = "paths-split";
+  o.paths_group = 16;
+  const Plan plan = make_plan(tree, o);
+  check_split_plan(tree, o, 16, "N=1,48");
+  EXPECT_GE(plan.items.size(), 60u);
+  int64_t tokens = 0;
+  for (const WorkItem& it : plan.items) tokens += it.kv_tokens;
+  EXPECT_EQ(tokens, 3 * (3000 + 16));
+  for (int32_t q = 0; q < tree.num_queries(); ++q)
+    EXPECT_GT(plan.merge_indptr[q + 1] - plan.merge_indptr[q], 1) << "query " << q;
 }
 
 }  // namespace

@@ -203,7 +203,7 @@ std::vector<FlagSpec> planner_flags() {
            "cost-model preset the planners target: a100, h100 or h200 (default h200); not the "
            "hardware this runs on"},
           {"paths-group", true,
-           "most queries per item of the paths planner, also as auto's candidate "
+           "most queries per group of the paths and paths-split planners, also as auto's candidates "
            "(PlanOptions::paths_group): 0 (default) lets the cost model choose, 1-64 fixes it"}};
 }
 

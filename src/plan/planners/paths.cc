@@ -70,12 +70,17 @@ class PathGrouper {
     starts->push_back(nq);
   }
 
-  /// The KV tokens of a cut's groups: each group's nodes counted once.
-  int64_t tokens(const std::vector<int32_t>& starts) {
+  /// The KV tokens of each of a cut's groups (its nodes counted once) into `tokens`; returns their
+  /// sum.
+  int64_t tokens(const std::vector<int32_t>& starts, std::vector<int64_t>* tokens) {
+    tokens->clear();
     int64_t total = 0;
     for (size_t g = 0; g + 1 < starts.size(); ++g) {
       collect(starts[g], starts[g + 1]);
-      for (const int32_t v : nodes_) total += tree_.nodes[v].tokens;
+      int64_t t = 0;
+      for (const int32_t v : nodes_) t += tree_.nodes[v].tokens;
+      tokens->push_back(t);
+      total += t;
     }
     return total;
   }
@@ -192,6 +197,8 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
   // the tokens that spread its KV over 1/2, 1, 2 or 4 waves of the device's CTA slots (multiples
   // of 64 tokens, at least 64); `piece` gets that length.
   const int64_t slots = device_slots(opts.device);
+  std::vector<int64_t> group_tokens;  // cost_us: the cut's groups' tokens, pieces per group
+  std::vector<int32_t> parts;
   const auto cost_us = [&](const std::vector<int32_t>& starts, double prune, int64_t* piece) {
     const auto one = [&](int64_t piece_tokens, double bound) {
       PlanBuilder cost(tree, opts, shape, name, PlanBuilder::Mode::kCostOnly);
@@ -200,15 +207,26 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
     };
     *piece = 0;
     if (!split) return one(0, prune);
-    const int64_t work = grouper.tokens(starts) * opts.num_kv_heads;
+    const int64_t work = grouper.tokens(starts, &group_tokens) * opts.num_kv_heads;
     double best = prune;
-    int64_t last = -1;
+    parts.clear();
     static constexpr double kWaves[] = {0.5, 1.0, 2.0, 4.0};
     for (const double w : kWaves) {
       const int64_t len = std::max<int64_t>(
           64, 64 * ceil_div(static_cast<int64_t>(work / (w * static_cast<double>(slots))), 64));
-      if (len == last) continue;
-      last = len;
+      // a length that cuts every group into as many pieces as the previous one makes its plan
+      bool same = !parts.empty();
+      for (size_t g = 0; g < group_tokens.size(); ++g) {
+        const int32_t n = split_pieces(group_tokens[g], pieces_at_most(group_tokens[g], len)).parts;
+        if (parts.size() < group_tokens.size()) {
+          parts.push_back(n);
+          same = false;
+        } else if (parts[g] != n) {
+          parts[g] = n;
+          same = false;
+        }
+      }
+      if (same) continue;
       const double us = one(len, best);
       if (us < best) {
         best = us;
