@@ -198,13 +198,14 @@ std::string shape_text(const Problem& p) {
 }
 
 std::vector<FlagSpec> planner_flags() {
-  return {{"planner", true, "planner name or 'all' (default all)"},
-          {"device", true,
-           "cost-model preset the planners target: a100, h100 or h200 (default h200); not the "
-           "hardware this runs on"},
-          {"paths-group", true,
-           "most queries per group of the paths and paths-split planners, also as auto's candidates "
-           "(PlanOptions::paths_group): 0 (default) lets the cost model choose, 1-64 fixes it"}};
+  return {
+      {"planner", true, "planner name or 'all' (default all)"},
+      {"device", true,
+       "cost-model preset the planners target: a100, h100 or h200 (default h200); not the "
+       "hardware this runs on"},
+      {"paths-group", true,
+       "most queries per group of the paths and paths-split planners, also as auto's candidates "
+       "(PlanOptions::paths_group): 0 (default) lets the cost model choose, 1-64 fixes it"}};
 }
 
 int32_t paths_group_flag(const Args& a) {
