@@ -73,8 +73,8 @@ FREE = {
     "merge_slot_us": (0.64, 0.01, 5.0),
     "mask_penalty": (0.5, 0.001, 5.0),  # masked kM64/kM128 items: CTA time x (1 + this)
     "mask_penalty_m16": (0.05, 0.001, 5.0),  # masked kM16 items
-    "path_mask_penalty": (0.5, 0.001, 5.0),  # masked kM64/kM128 items of whole root paths (paths)
-    "path_mask_penalty_m16": (0.1, 0.001, 5.0),  # masked kM16 items of whole root paths
+    "path_mask_penalty": (0.5, 0.001, 5.0),  # masked kM64/kM128 items over root paths (paths*)
+    "path_mask_penalty_m16": (0.1, 0.001, 5.0),  # masked kM16 items over root paths
     "cta_bw_factor": (1.5, 1.0, 8.0),  # a CTA's KV stream over its HBM share (L2 re-reads)
     # critical-path latency terms (used when the base device has latency_terms on)
     "first_launch_us": (4.0, 0.2, 20.0),

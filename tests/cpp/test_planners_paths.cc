@@ -325,19 +325,53 @@ TEST(PlannersPathsSplit, ThePathsGroupsCutIntoPiecesAndMerged) {
     ro.page_size = 1 + static_cast<int32_t>(seed % 4) * 5;
     trees.push_back(random_tree(seed, ro));
   }
-  int split = 0;
+  // a chain of 80 nodes with a query on each: groups of one query repeat the shared path, more
+  // nodes in all than the planner keeps per cut (it collects each group again)
+  trees.push_back(tree_from_levels(parse_levels("N=1,1 C=7,9")));
+  {
+    PrefixTree& t = trees.back();
+    const int32_t base = t.num_pages;
+    t.set_num_pages(base + 400);  // pages for the appends
+    for (int32_t p = 0; p < 400; ++p) t.free_pages.push_back(base + p);
+  }
+  for (int i = 0; i < 78; ++i) {
+    PrefixTree& t = trees.back();
+    t.append_tokens(t.num_queries() - 1, 5 + i % 7);
+    t.fork_query(t.num_queries() - 1, 2);
+  }
+  int split = 0, full_rows = 0;
   for (size_t ti = 0; ti < trees.size(); ++ti)
-    for (const auto& [qo, kv] : std::vector<std::pair<int, int>>{{16, 1}, {8, 1}, {32, 8}})
-      for (const int32_t g : {1, 4, 16, 64}) {
+    for (const auto& [qo, kv] :
+         std::vector<std::pair<int, int>>{{16, 1}, {8, 1}, {32, 8}, {2, 1}, {8, 8}})
+      for (const int32_t g : {0, 1, 4, 16, 64}) {
         PlanOptions o = paths_options(qo, kv);
         o.planner = "paths-split";
         o.paths_group = g;
         const std::string what = "tree " + std::to_string(ti) + " " + std::to_string(qo) + "/" +
                                  std::to_string(kv) + " group " + std::to_string(g);
-        check_split_plan(trees[ti], o, fixed_paths_group(o), what);
-        split += make_plan(trees[ti], o).num_slots > 0;
+        const Plan plan = make_plan(trees[ti], o);
+        split += plan.num_slots > 0;
+        for (const WorkItem& it : plan.items) full_rows += it.num_rows == kMaxMaskedRows;
+        if (g > 0) {
+          check_split_plan(trees[ti], o, fixed_paths_group(o), what);
+          continue;
+        }
+        // the model's group size: one of 1, 2, 4, ... up to the cap
+        const int32_t cap = std::min(128 / (qo / kv), kMaxMaskedRows);
+        bool found = false;
+        for (int32_t k = 1; !found; k = std::min(cap, 2 * k)) {
+          o.paths_group = k;
+          const Plan fixed = make_plan(trees[ti], o);
+          found = fixed.items.size() == plan.items.size() &&
+                  fixed.rows.size() == plan.rows.size() &&
+                  fixed.ranges.size() == plan.ranges.size() && fixed.masks == plan.masks;
+          if (found) check_split_plan(trees[ti], o, k, what);
+          if (k == cap) break;
+        }
+        EXPECT_TRUE(found) << what << ": not the plan of a group size the model tries";
       }
-  EXPECT_GT(split, 0);  // some plans cut their groups (and merge)
+  EXPECT_GT(split, 0);      // some plans cut their groups (and merge)
+  EXPECT_GT(full_rows, 0);  // and some items hold 64 rows (mask bit 63)
 }
 
 TEST(PlannersPathsSplit, ALongSharedPromptIsReadOncePerGroupAcrossTheSMs) {

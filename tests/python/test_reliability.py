@@ -387,8 +387,8 @@ def test_chosen_planner():
     """plan.planner is the planner asked for; plan.chosen_planner the one whose plan it is: for
     auto either 'auto' (its own grouping) or the candidate it returned, that planner's plan."""
     outcomes = set()
-    for key in ("fasttree:0", "fasttree:2", "fasttree:3", "fasttree:17", "pat:0", "pat:5",
-                "deft:0", "irregular:0", "irregular:3", "forge:0"):
+    for key in ("fasttree:0", "fasttree:2", "fasttree:3", "fasttree:17", "fasttree:23", "pat:0",
+                "pat:5", "deft:0", "irregular:0", "irregular:3", "forge:0"):
         tree = treeattn.PrefixTree.from_workload(key)
         p = treeattn.plan(tree)
         assert p.planner == "auto"

@@ -300,7 +300,7 @@ bool run_one(const Problem& pb, const std::string& planner, int32_t paths_group,
 }
 
 /// The planner column: the planner, with "/ws" or "/legacy" when several grouped kernels run and
-/// "/g16" when --paths-group fixed the paths planner's group size (planner_label).
+/// "/g16" when --paths-group fixed the paths planners' group size (planner_label).
 std::string display_planner(const Result& r, size_t num_kernels) {
   const std::string p = planner_label(r.planner, r.paths_group);
   return num_kernels > 1 ? p + "/" + r.grouped_kernel : p;
@@ -365,12 +365,13 @@ int bench_command(int argc, char** argv) {
   flags.push_back({"pair-m16", true,
                    "cluster pairs for the deep kM16 config's items (set_pair_m16): on, off or a "
                    "comma list, timed on each like --grouped-kernel; default: the library's"});
-  flags.push_back({"paths-group", true,
-                   "queries per item of the paths planner, also as auto's candidate "
-                   "(PlanOptions::paths_group): 0 (default: the cost model's choice), 1-64, or a "
-                   "comma list of them; with several, the paths and auto plans of each line are "
-                   "built and timed once per group size used (a value above the head group's cap "
-                   "is the cap)"});
+  flags.push_back(
+      {"paths-group", true,
+       "queries per group of the paths planners, also as auto's candidates "
+       "(PlanOptions::paths_group): 0 (default: the cost model's choice), 1-64, or a "
+       "comma list of them; with several, the paths, paths-split and auto plans of each line are "
+       "built and timed once per group size used (a value above the head group's cap "
+       "is the cap)"});
   flags.push_back({"partials", true,
                    "precision of the partial outputs (set_partial_precision): fp32, half or a "
                    "comma list of them, timed on each like --grouped-kernel (with both lists, "

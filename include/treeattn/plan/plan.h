@@ -64,8 +64,8 @@ struct WorkItem {
   TileClass tile = TileClass::kM16;
   int32_t kv_tokens = 0;  ///< sum of the ranges' len
   /// Of kv_tokens, those no other item of the plan reads (per KV head): counted by the planners
-  /// that know it (paths), 0 otherwise. The cost model prices them at the CTA's share of HBM
-  /// bandwidth, since no L2 re-read can serve them.
+  /// that know it (paths, paths-split), 0 otherwise. The cost model prices them at the CTA's share
+  /// of HBM bandwidth, since no L2 re-read can serve them.
   int32_t private_tokens = 0;
   /// The item's ranges are nodes of its rows' root paths, each seen by the rows whose path holds
   /// it (the paths planners' groups: whole, where every row writes its final output, or cut into

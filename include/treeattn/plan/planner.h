@@ -45,7 +45,7 @@ PlanOptions make_plan_options(const std::string& planner, int32_t num_qo_heads,
                               const DeviceInfo& device = DeviceInfo(), int32_t dtype_bytes = 2,
                               int32_t kv_dtype_bytes = 0, int32_t paths_group = 0);
 
-/// The paths planner's queries per item when opts.paths_group fixes it: paths_group lowered to
+/// The paths planners' queries per group when opts.paths_group fixes it: paths_group lowered to
 /// the head group's cap (128 packed rows, kMaxMaskedRows rows); 0 when the cost model chooses.
 int32_t fixed_paths_group(const PlanOptions& opts);
 

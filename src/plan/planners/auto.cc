@@ -15,7 +15,7 @@
 //  3. Guarantee: the other planners' plans are scored too and the cheapest plan wins, so under its
 //     own cost model auto is never worse than any of them; except that paths-split wins only
 //     where it is estimated 5% below the rest (PlannerEntry::auto_margin), so auto may keep a
-//     plan up to 5% above it.
+//     plan up to 1 / 0.95 - 1 = 5.3% above it.
 //     Plan::chosen_planner says which plan won ("auto" for its own, else the candidate's name).
 // Speed: the own split candidates share one list of query chunks and are scored straight from it
 // (own_cost_us, the same items a cost-only builder would record); the other planners are scored

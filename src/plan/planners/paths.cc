@@ -10,6 +10,13 @@
 // masked items' query cap) or the cheapest plain cut under the cost model (cost-only builders) of
 // 1, 2, 4, ... up to the cap; at that k the aligned cut replaces the plain one where it differs and
 // the model finds it cheaper. k = 1 is the query plan without its KV splits.
+//
+// Planner `paths-split` (ours): the same groups, each group's tokens (its nodes in preorder) cut
+// into near-equal KV pieces, an item each over the group's rows that see some of its tokens (the
+// masks renumbered to those rows); queries with rows in several pieces write partials that the
+// merge combines. The piece length spreads the cut's KV over 1/2, 1, 2 or 4 waves of the device's
+// CTA slots, the cheapest under the model, at each k it tries. It reads a shared node once per
+// group like paths, but over as many CTAs as the device has slots, where paths has one per group.
 #include <algorithm>
 #include <bitset>
 #include <limits>
@@ -70,64 +77,90 @@ class PathGrouper {
     starts->push_back(nq);
   }
 
-  /// The KV tokens of each of a cut's groups (its nodes counted once) into `tokens`; returns their
-  /// sum.
-  int64_t tokens(const std::vector<int32_t>& starts, std::vector<int64_t>* tokens) {
-    tokens->clear();
-    int64_t total = 0;
+  /// Loads a cut's groups (`starts`, as cut() gives them; kept until a call with another cut):
+  /// each group's KV tokens (its nodes counted once) and, while their count stays within
+  /// kCachedNodesPerTreeNode x the tree's nodes and queries (deep trees cut into small groups
+  /// repeat their shared paths in every group), each group's nodes in preorder, with the bits of
+  /// the rows whose path holds each and whether only the group reads it; past that, emit() collects
+  /// each group again.
+  void load(const std::vector<int32_t>& starts) {
+    if (starts == loaded_) return;
+    loaded_ = starts;
+    seg_.clear();
+    group_end_.clear();
+    group_tokens_.clear();
+    const size_t cap = kCachedNodesPerTreeNode * (tree_.nodes.size() + order_.size());
+    cached_ = true;
     for (size_t g = 0; g + 1 < starts.size(); ++g) {
       collect(starts[g], starts[g + 1]);
       int64_t t = 0;
       for (const int32_t v : nodes_) t += tree_.nodes[v].tokens;
-      tokens->push_back(t);
-      total += t;
+      group_tokens_.push_back(t);
+      cached_ = cached_ && seg_.size() + nodes_.size() <= cap;
+      if (!cached_) continue;
+      for (const int32_t v : nodes_)
+        seg_.push_back(GroupNode{v, tree_.nodes[v].tokens, bits_[v], group_private(v)});
+      group_end_.push_back(seg_.size());
     }
-    return total;
+    if (!cached_) seg_ = std::vector<GroupNode>();
   }
+  /// The loaded cut's groups' KV tokens.
+  const std::vector<int64_t>& group_tokens() const { return group_tokens_; }
 
-  /// Emits the items of a cut's groups (`starts`, as cut() gives them) into `b`: one item a group
-  /// when `piece_tokens` is 0, else each group's tokens cut into near-equal KV pieces of at most
+  /// Emits the items of a cut's groups into `b` (loading the cut): one item a group when
+  /// `piece_tokens` is 0, else each group's tokens cut into near-equal KV pieces of at most
   /// `piece_tokens`, an item each over the rows that see some of its tokens.
   void emit(const std::vector<int32_t>& starts, int64_t piece_tokens, PlanBuilder* b) {
+    load(starts);
     for (size_t g = 0; g + 1 < starts.size(); ++g) {
       const int32_t g0 = starts[g], g1 = starts[g + 1];
-      collect(g0, g1);
+      const GroupNode* nodes = seg_.data();
+      size_t n = 0;
+      if (cached_) {
+        nodes += g == 0 ? 0 : group_end_[g - 1];
+        n = group_end_[g] - (g == 0 ? 0 : group_end_[g - 1]);
+      } else {  // collected again, into one group's buffer
+        collect(g0, g1);
+        one_group_.clear();
+        for (const int32_t v : nodes_)
+          one_group_.push_back(GroupNode{v, tree_.nodes[v].tokens, bits_[v], group_private(v)});
+        nodes = one_group_.data();
+        n = one_group_.size();
+      }
       if (piece_tokens <= 0) {
         b->begin_item();
         b->add_rows(order_.data() + g0, g1 - g0);
         int32_t priv = 0;  // tokens of the nodes whose every query is in this group
-        for (const int32_t v : nodes_) {
-          b->add_masked_range(v, 0, tree_.nodes[v].tokens, bits_[v]);
-          if (group_private(v)) priv += tree_.nodes[v].tokens;
+        for (size_t i = 0; i < n; ++i) {
+          b->add_masked_range(nodes[i].v, 0, nodes[i].tokens, nodes[i].bits);
+          if (nodes[i].priv) priv += nodes[i].tokens;
         }
         b->mark_path_masks(priv);
         b->end_item();
         continue;
       }
-      int64_t total = 0;
-      for (const int32_t v : nodes_) total += tree_.nodes[v].tokens;
+      const int64_t total = group_tokens_[g];
       const KvPieces pieces = split_pieces(total, pieces_at_most(total, piece_tokens));
       size_t j = 0;     // the first node that reaches into the current piece
       int64_t pos = 0;  // its first token's position in the group's concatenation
       for (int32_t p = 0; p < pieces.parts; ++p) {
         const int64_t pb = pieces.begin(p), pe = pieces.begin(p + 1);
-        while (pos + tree_.nodes[nodes_[j]].tokens <= pb) pos += tree_.nodes[nodes_[j++]].tokens;
+        while (pos + nodes[j].tokens <= pb) pos += nodes[j++].tokens;
         uint64_t present = 0;  // the group's rows that see some token of the piece
-        for (size_t i = j, at = pos; i < nodes_.size() && static_cast<int64_t>(at) < pe;
-             at += tree_.nodes[nodes_[i++]].tokens)
-          present |= bits_[nodes_[i]];
+        for (size_t i = j, at = pos; i < n && static_cast<int64_t>(at) < pe;
+             at += nodes[i++].tokens)
+          present |= nodes[i].bits;
         rows_.clear();
         for (uint64_t m = present; m != 0; m &= m - 1)
           rows_.push_back(order_[g0 + __builtin_ctzll(m)]);
         b->begin_item();
         b->add_rows(rows_.data(), static_cast<int32_t>(rows_.size()));
         int64_t priv = 0, at = pos;
-        for (size_t i = j; i < nodes_.size() && at < pe; at += tree_.nodes[nodes_[i++]].tokens) {
-          const int32_t v = nodes_[i];
-          const int64_t b0 = std::max(pb, at), b1 = std::min(pe, at + tree_.nodes[v].tokens);
-          b->add_masked_range(v, static_cast<int32_t>(b0 - at), static_cast<int32_t>(b1 - at),
-                              compress(bits_[v], present));
-          if (group_private(v)) priv += b1 - b0;
+        for (size_t i = j; i < n && at < pe; at += nodes[i++].tokens) {
+          const int64_t b0 = std::max(pb, at), b1 = std::min(pe, at + nodes[i].tokens);
+          b->add_masked_range(nodes[i].v, static_cast<int32_t>(b0 - at),
+                              static_cast<int32_t>(b1 - at), compress(nodes[i].bits, present));
+          if (nodes[i].priv) priv += b1 - b0;
         }
         b->mark_path_masks(static_cast<int32_t>(priv));
         b->end_item();
@@ -178,7 +211,20 @@ class PathGrouper {
   std::vector<uint64_t> bits_;    ///< node -> the group's rows whose path holds it
   std::vector<int32_t> nodes_;    ///< the current group's nodes
   std::vector<int32_t> rows_;     ///< emit: the queries of the current piece
-  std::vector<int32_t> path_;     ///< cut's walk: from a root to here, nodes with queries below
+  /// The loaded cut (load()): its starts, its groups' nodes (group g's end at group_end_[g]) and
+  /// KV tokens.
+  struct GroupNode {
+    int32_t v = 0, tokens = 0;
+    uint64_t bits = 0;  ///< the group's rows whose path holds v
+    bool priv = false;  ///< only the group's queries use v
+  };
+  static constexpr size_t kCachedNodesPerTreeNode = 8;
+  std::vector<int32_t> loaded_;
+  bool cached_ = false;
+  std::vector<GroupNode> seg_, one_group_;
+  std::vector<size_t> group_end_;
+  std::vector<int64_t> group_tokens_;
+  std::vector<int32_t> path_;  ///< cut's walk: from a root to here, nodes with queries below
   int64_t epoch_ = 0;
 };
 
@@ -197,8 +243,7 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
   // the tokens that spread its KV over 1/2, 1, 2 or 4 waves of the device's CTA slots (multiples
   // of 64 tokens, at least 64); `piece` gets that length.
   const int64_t slots = device_slots(opts.device);
-  std::vector<int64_t> group_tokens;  // cost_us: the cut's groups' tokens, pieces per group
-  std::vector<int32_t> parts;
+  std::vector<int32_t> parts;  // cost_us: pieces per group
   const auto cost_us = [&](const std::vector<int32_t>& starts, double prune, int64_t* piece) {
     const auto one = [&](int64_t piece_tokens, double bound) {
       PlanBuilder cost(tree, opts, shape, name, PlanBuilder::Mode::kCostOnly);
@@ -207,7 +252,11 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
     };
     *piece = 0;
     if (!split) return one(0, prune);
-    const int64_t work = grouper.tokens(starts, &group_tokens) * opts.num_kv_heads;
+    grouper.load(starts);
+    const std::vector<int64_t>& group_tokens = grouper.group_tokens();
+    int64_t work = 0;
+    for (const int64_t t : group_tokens) work += t;
+    work *= opts.num_kv_heads;
     double best = prune;
     parts.clear();
     static constexpr double kWaves[] = {0.5, 1.0, 2.0, 4.0};
