@@ -3,17 +3,20 @@
 // warp-specialized kernel (tile::ws_pays_off on a warpgroup_mma device, head_dim <= 128) and
 // nowhere else, tile_latency_ws_m64_us likewise for the kM64 class; l2_read_GBps bounds a plan by
 // every KV byte its CTAs read, re-reads included; zeros give the model without them, and bad
-// values are refused by name.
+// values are refused by name; kv_read_floor_us (that bound plus one launch) stays below every
+// plan's estimate.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "test_planners_util.h"
 #include "treeattn/plan/cost/cost_model.h"
 #include "treeattn/plan/planner.h"
 #include "treeattn/plan/tile_policy.h"
+#include "treeattn/tree/random_tree.h"
 
 namespace treeattn {
 namespace {
@@ -167,6 +170,46 @@ TEST(CostWsL2, L2BoundCountsEveryKvByteRead) {
   EXPECT_GT(l2, no_l2);
   d.l2_read_GBps = 1e9;  // far above anything: no effect
   EXPECT_DOUBLE_EQ(estimate_items_us(d, s, &it, 1, {}), no_l2);
+}
+
+TEST(CostWsL2, KvReadFloorIsBelowEveryPlansEstimate) {
+  // kv_read_floor_us (the L2 term of a plan's KV tokens plus one launch) never exceeds the
+  // estimate of a plan reading those tokens: every planner on random trees, the three presets
+  // (latency terms on, h200's rates, a100's no-L2 model) and the model without latency terms, and
+  // it is reached where the L2 term dominates.
+  std::vector<DeviceInfo> devs = {device_preset("h100"), device_preset("h200"),
+                                  device_preset("a100"), base_device()};
+  devs.back().l2_read_GBps = 500.0;  // no latency terms, a low L2 rate
+  int64_t checked = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const PrefixTree tree = random_tree(seed, RandomTreeOptions{});
+    for (const DeviceInfo& d : devs)
+      for (const std::string& p : planner_names()) {
+        PlanOptions o;
+        o.planner = p;
+        o.num_qo_heads = 32;
+        o.num_kv_heads = 8;
+        o.device = d;
+        const Plan plan = make_plan(tree, o);
+        int64_t tokens = 0;
+        for (const WorkItem& it : plan.items) tokens += it.kv_tokens;
+        const double floor = kv_read_floor_us(d, plan.shape, tokens);
+        EXPECT_LE(floor, estimate_plan_us(d, plan)) << p << " seed " << seed;
+        EXPECT_GT(floor, 0.0);
+        ++checked;
+      }
+  }
+  EXPECT_EQ(checked, 6 * 4 * static_cast<int64_t>(planner_names().size()));
+  // one item read 2048 times at a low L2 rate: the estimate is the floor's L2 term and launch
+  DeviceInfo d = base_device();
+  d.l2_read_GBps = 1.0;
+  ItemSummary it;
+  it.rows = 16;
+  it.kv_tokens = 4096;
+  it.tile = TileClass::kM64;
+  it.count = 2048;
+  EXPECT_DOUBLE_EQ(kv_read_floor_us(d, shape(), 2048 * 4096),
+                   estimate_items_us(d, shape(), &it, 1, {}));
 }
 
 TEST(CostWsL2, PresetsAndValidation) {

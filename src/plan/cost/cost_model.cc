@@ -481,6 +481,15 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& s, const ItemSu
   return std::max(makespan, global) + fixed;
 }
 
+double kv_read_floor_us(const DeviceInfo& dev, const PlanShape& s, int64_t kv_tokens) {
+  // the same (exact, integer-valued) bytes and division as estimate_items_us's L2 term, which its
+  // result never falls below, plus its fixed terms' least: one launch
+  const double kv_bytes = static_cast<double>(kv_tokens) * (s.head_dim * 2.0 * s.kv_dtype_bytes) *
+                          static_cast<double>(s.num_kv_heads);
+  const double l2_us = dev.l2_read_GBps > 0 ? kv_bytes / (dev.l2_read_GBps * 1e3) : 0.0;
+  return l2_us + (dev.latency_terms ? dev.first_launch_us : dev.launch_overhead_us);
+}
+
 double estimate_plan_us(const DeviceInfo& dev, const Plan& plan) {
   check_device(dev);
   std::vector<ItemSummary> items(plan.items.size());

@@ -296,9 +296,22 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
   if (k == 0) {
     const int32_t cap = max_queries_per_item(opts, /*masked=*/true);
     std::vector<int32_t> trial;
+    // The cap's cut first: a size whose cut reads more KV than the cap's costs in all
+    // (kv_read_floor_us) is not the cheapest, and is skipped without summarizing its items.
+    grouper.cut(cap, /*aligned=*/false, &trial);
+    int64_t cap_piece = 0;
+    const double cap_us = cost_us(trial, inf, &cap_piece);
     for (int32_t c = 1;; c = std::min(cap, 2 * c)) {
       grouper.cut(c, /*aligned=*/false, &trial);
-      const double us = cost_us(trial, plain_us, &trial_piece);
+      double us = cap_us;
+      trial_piece = cap_piece;
+      if (c != cap) {
+        grouper.load(trial);
+        int64_t tokens = 0;
+        for (const int64_t t : grouper.group_tokens()) tokens += t;
+        if (kv_read_floor_us(opts.device, shape, tokens) > cap_us) continue;
+        us = cost_us(trial, plain_us, &trial_piece);
+      }
       if (us < plain_us) {
         plain_us = us;
         k = c;

@@ -111,6 +111,12 @@ double estimate_items_us(const DeviceInfo& dev, const PlanShape& shape, const It
                          size_t num_items, const MergeSummary& merge,
                          double prune_above = std::numeric_limits<double>::infinity());
 
+/// A lower bound of estimate_items_us for any plan of `shape` with at least one item whose items
+/// read `kv_tokens` KV tokens in all (per KV head, re-reads counted): their K and V bytes over
+/// DeviceInfo::l2_read_GBps (0 there: no term), plus one attention launch. Lets a planner skip a
+/// candidate without summarizing its items.
+double kv_read_floor_us(const DeviceInfo& dev, const PlanShape& shape, int64_t kv_tokens);
+
 /// Makespan in microseconds of a whole plan: LPT over num_sms x slots-per-SM slots (kM128 CTAs
 /// that fill an SM after all others, each onto the SM that drains first) with per-slot
 /// bandwidth share, plus launches and the merge (or, with DeviceInfo::latency_terms, the call's
