@@ -185,12 +185,7 @@ TEST(CostWsL2, KvReadFloorIsBelowEveryPlansEstimate) {
     const PrefixTree tree = random_tree(seed, RandomTreeOptions{});
     for (const DeviceInfo& d : devs)
       for (const std::string& p : planner_names()) {
-        PlanOptions o;
-        o.planner = p;
-        o.num_qo_heads = 32;
-        o.num_kv_heads = 8;
-        o.device = d;
-        const Plan plan = make_plan(tree, o);
+        const Plan plan = make_plan(tree, make_plan_options(p, 32, 8, 128, d));
         int64_t tokens = 0;
         for (const WorkItem& it : plan.items) tokens += it.kv_tokens;
         const double floor = kv_read_floor_us(d, plan.shape, tokens);
@@ -203,11 +198,7 @@ TEST(CostWsL2, KvReadFloorIsBelowEveryPlansEstimate) {
   // one item read 2048 times at a low L2 rate: the estimate is the floor's L2 term and launch
   DeviceInfo d = base_device();
   d.l2_read_GBps = 1.0;
-  ItemSummary it;
-  it.rows = 16;
-  it.kv_tokens = 4096;
-  it.tile = TileClass::kM64;
-  it.count = 2048;
+  const ItemSummary it = testing_util::item_summary(TileClass::kM64, 16, 4096, 2048);
   EXPECT_DOUBLE_EQ(kv_read_floor_us(d, shape(), 2048 * 4096),
                    estimate_items_us(d, shape(), &it, 1, {}));
 }
