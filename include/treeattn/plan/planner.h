@@ -20,10 +20,9 @@ struct PlanOptions {
   int32_t dtype_bytes = 2;     ///< Q/O element size
   int32_t kv_dtype_bytes = 0;  ///< K/V element size (1 = fp8 cache); 0 = dtype_bytes
   /// The most queries per group of the `paths` and `paths-split` planners (also where auto scores
-  /// it; a group may end early at a subtree, src/plan/planners/paths.cc): 0 lets the cost model
-  /// choose among 1, 2, 4,
-  /// ... up to the masked items' cap; 1 to kMaxMaskedRows fixes it, lowered to the cap of the head
-  /// group (128 packed rows: 128 / group queries) where that is smaller.
+  /// them; a group may end early at a subtree, src/plan/planners/paths.cc): 0 lets the cost model
+  /// choose among 1, 2, 4, ... up to the masked items' cap; 1 to kMaxMaskedRows fixes it, lowered
+  /// to the cap of the head group (128 packed rows: 128 / group queries) where that is smaller.
   int32_t paths_group = 0;
   DeviceInfo device;  ///< the uncalibrated defaults of DeviceInfo (device_preset() gives presets)
 };

@@ -30,6 +30,13 @@ namespace treeattn::planners {
 namespace {
 
 class PathGrouper {
+  /// A node of a group's paths (PathGrouper::load, emit).
+  struct GroupNode {
+    int32_t v = 0, tokens = 0;
+    uint64_t bits = 0;  ///< the group's rows whose path holds v
+    bool priv = false;  ///< only the group's queries use v
+  };
+
  public:
   PathGrouper(const PrefixTree& tree, const TreeIndex& index)
       : tree_(tree),
@@ -89,6 +96,7 @@ class PathGrouper {
     seg_.clear();
     group_end_.clear();
     group_tokens_.clear();
+    total_tokens_ = 0;
     const size_t cap = kCachedNodesPerTreeNode * (tree_.nodes.size() + order_.size());
     cached_ = true;
     for (size_t g = 0; g + 1 < starts.size(); ++g) {
@@ -96,16 +104,17 @@ class PathGrouper {
       int64_t t = 0;
       for (const int32_t v : nodes_) t += tree_.nodes[v].tokens;
       group_tokens_.push_back(t);
+      total_tokens_ += t;
       cached_ = cached_ && seg_.size() + nodes_.size() <= cap;
       if (!cached_) continue;
-      for (const int32_t v : nodes_)
-        seg_.push_back(GroupNode{v, tree_.nodes[v].tokens, bits_[v], group_private(v)});
+      append_collected(&seg_);
       group_end_.push_back(seg_.size());
     }
     if (!cached_) seg_ = std::vector<GroupNode>();
   }
-  /// The loaded cut's groups' KV tokens.
+  /// The loaded cut's groups' KV tokens, and their sum.
   const std::vector<int64_t>& group_tokens() const { return group_tokens_; }
+  int64_t total_tokens() const { return total_tokens_; }
 
   /// Emits the items of a cut's groups into `b` (loading the cut): one item a group when
   /// `piece_tokens` is 0, else each group's tokens cut into near-equal KV pieces of at most
@@ -122,25 +131,14 @@ class PathGrouper {
       } else {  // collected again, into one group's buffer
         collect(g0, g1);
         one_group_.clear();
-        for (const int32_t v : nodes_)
-          one_group_.push_back(GroupNode{v, tree_.nodes[v].tokens, bits_[v], group_private(v)});
+        append_collected(&one_group_);
         nodes = one_group_.data();
         n = one_group_.size();
       }
-      if (piece_tokens <= 0) {
-        b->begin_item();
-        b->add_rows(order_.data() + g0, g1 - g0);
-        int32_t priv = 0;  // tokens of the nodes whose every query is in this group
-        for (size_t i = 0; i < n; ++i) {
-          b->add_masked_range(nodes[i].v, 0, nodes[i].tokens, nodes[i].bits);
-          if (nodes[i].priv) priv += nodes[i].tokens;
-        }
-        b->mark_path_masks(priv);
-        b->end_item();
-        continue;
-      }
+      // a whole group is one piece, over all its rows
       const int64_t total = group_tokens_[g];
-      const KvPieces pieces = split_pieces(total, pieces_at_most(total, piece_tokens));
+      const KvPieces pieces =
+          split_pieces(total, piece_tokens > 0 ? pieces_at_most(total, piece_tokens) : 1);
       size_t j = 0;     // the first node that reaches into the current piece
       int64_t pos = 0;  // its first token's position in the group's concatenation
       for (int32_t p = 0; p < pieces.parts; ++p) {
@@ -155,7 +153,7 @@ class PathGrouper {
           rows_.push_back(order_[g0 + __builtin_ctzll(m)]);
         b->begin_item();
         b->add_rows(rows_.data(), static_cast<int32_t>(rows_.size()));
-        int64_t priv = 0, at = pos;
+        int64_t priv = 0, at = pos;  // priv: tokens of nodes whose every query is in the group
         for (size_t i = j; i < n && at < pe; at += nodes[i++].tokens) {
           const int64_t b0 = std::max(pb, at), b1 = std::min(pe, at + nodes[i].tokens);
           b->add_masked_range(nodes[i].v, static_cast<int32_t>(b0 - at),
@@ -193,9 +191,15 @@ class PathGrouper {
   bool group_private(int32_t v) const {
     return std::bitset<64>(bits_[v]).count() == index_.queries_below(v).size();
   }
+  /// Appends collect()'s nodes, with their tokens, bits and whether only the group reads them.
+  void append_collected(std::vector<GroupNode>* out) const {
+    for (const int32_t v : nodes_)
+      out->push_back(GroupNode{v, tree_.nodes[v].tokens, bits_[v], group_private(v)});
+  }
   /// The bits of `mask` at the positions of the set bits of `present`, packed from bit 0 (row r of
   /// the group -> its position among the present rows).
   static uint64_t compress(uint64_t mask, uint64_t present) {
+    if ((present & (present + 1)) == 0) return mask & present;  // rows 0 .. r: no gaps
     uint64_t out = 0;
     int32_t r = 0;
     for (uint64_t m = present; m != 0; m &= m - 1, ++r)
@@ -213,24 +217,16 @@ class PathGrouper {
   std::vector<int32_t> rows_;     ///< emit: the queries of the current piece
   /// The loaded cut (load()): its starts, its groups' nodes (group g's end at group_end_[g]) and
   /// KV tokens.
-  struct GroupNode {
-    int32_t v = 0, tokens = 0;
-    uint64_t bits = 0;  ///< the group's rows whose path holds v
-    bool priv = false;  ///< only the group's queries use v
-  };
   static constexpr size_t kCachedNodesPerTreeNode = 8;
   std::vector<int32_t> loaded_;
   bool cached_ = false;
   std::vector<GroupNode> seg_, one_group_;
   std::vector<size_t> group_end_;
   std::vector<int64_t> group_tokens_;
+  int64_t total_tokens_ = 0;
   std::vector<int32_t> path_;  ///< cut's walk: from a root to here, nodes with queries below
   int64_t epoch_ = 0;
 };
-
-}  // namespace
-
-namespace {
 
 /// The paths planners: `split` cuts each group into KV pieces (paths_split), else one item a group
 /// (paths).
@@ -243,7 +239,7 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
   // the tokens that spread its KV over 1/2, 1, 2 or 4 waves of the device's CTA slots (multiples
   // of 64 tokens, at least 64); `piece` gets that length.
   const int64_t slots = device_slots(opts.device);
-  std::vector<int32_t> parts;  // cost_us: pieces per group
+  std::vector<int32_t> parts, next_parts;  // cost_us: pieces per group, previous and next length
   const auto cost_us = [&](const std::vector<int32_t>& starts, double prune, int64_t* piece) {
     const auto one = [&](int64_t piece_tokens, double bound) {
       PlanBuilder cost(tree, opts, shape, name, PlanBuilder::Mode::kCostOnly);
@@ -253,10 +249,7 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
     *piece = 0;
     if (!split) return one(0, prune);
     grouper.load(starts);
-    const std::vector<int64_t>& group_tokens = grouper.group_tokens();
-    int64_t work = 0;
-    for (const int64_t t : group_tokens) work += t;
-    work *= opts.num_kv_heads;
+    const int64_t work = grouper.total_tokens() * opts.num_kv_heads;
     double best = prune;
     parts.clear();
     static constexpr double kWaves[] = {0.5, 1.0, 2.0, 4.0};
@@ -264,18 +257,11 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
       const int64_t len = std::max<int64_t>(
           64, 64 * ceil_div(static_cast<int64_t>(work / (w * static_cast<double>(slots))), 64));
       // a length that cuts every group into as many pieces as the previous one makes its plan
-      bool same = !parts.empty();
-      for (size_t g = 0; g < group_tokens.size(); ++g) {
-        const int32_t n = split_pieces(group_tokens[g], pieces_at_most(group_tokens[g], len)).parts;
-        if (parts.size() < group_tokens.size()) {
-          parts.push_back(n);
-          same = false;
-        } else if (parts[g] != n) {
-          parts[g] = n;
-          same = false;
-        }
-      }
-      if (same) continue;
+      next_parts.clear();
+      for (const int64_t t : grouper.group_tokens())
+        next_parts.push_back(split_pieces(t, pieces_at_most(t, len)).parts);
+      if (next_parts == parts) continue;
+      parts.swap(next_parts);
       const double us = one(len, best);
       if (us < best) {
         best = us;
@@ -307,9 +293,7 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
       trial_piece = cap_piece;
       if (c != cap) {
         grouper.load(trial);
-        int64_t tokens = 0;
-        for (const int64_t t : grouper.group_tokens()) tokens += t;
-        if (kv_read_floor_us(opts.device, shape, tokens) > cap_us) continue;
+        if (kv_read_floor_us(opts.device, shape, grouper.total_tokens()) > cap_us) continue;
         us = cost_us(trial, plain_us, &trial_piece);
       }
       if (us < plain_us) {
