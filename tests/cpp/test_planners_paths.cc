@@ -5,14 +5,17 @@
 // size fixed by PlanOptions::paths_group is the one used, the groups cut plain or aligned to the
 // subtrees. The paths-split planner: the same groups, each cut into near-equal KV pieces over the
 // rows that see some of each piece, each token of a group in one piece, the rows of split queries
-// merged.
+// merged. Both searches under auto's bound (PlannerSearch) choose as without it below the bound,
+// and a search's choice, replayed, builds the plan the search builds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan/planners/planners.h"
@@ -20,6 +23,7 @@
 #include "treeattn/plan/planner.h"
 #include "treeattn/tree/levels.h"
 #include "treeattn/tree/random_tree.h"
+#include "treeattn/tree/workloads.h"
 
 namespace treeattn {
 namespace {
@@ -391,6 +395,79 @@ TEST(PlannersPathsSplit, ALongSharedPromptIsReadOncePerGroupAcrossTheSMs) {
   EXPECT_EQ(tokens, 3 * (3000 + 16));
   for (int32_t q = 0; q < tree.num_queries(); ++q)
     EXPECT_GT(plan.merge_indptr[q + 1] - plan.merge_indptr[q], 1) << "query " << q;
+}
+
+/// One run of a paths planner into a cost-only builder under `bound` (infinity: none): its cost and
+/// the search's choice.
+std::pair<double, planners::PlannerSearch> bounded_run(const planners::PlannerEntry& e,
+                                                       const PrefixTree& tree,
+                                                       const TreeIndex& index, const PlanOptions& o,
+                                                       double bound) {
+  planners::PlanBuilder b(tree, o, e.name, planners::PlanBuilder::Mode::kCostOnly);
+  b.search().bound_us = bound;
+  e.fn(tree, index, o, &b);
+  return {b.cost_us(o.device), b.search()};
+}
+
+TEST(PlannersPaths, ABoundChangesNoChoiceBelowItAndAChoiceReplays) {
+  // the irregular and DeFT lines (subtrees that do not fill the groups: aligned cuts that differ)
+  // and random trees, at the model's group size and a fixed one
+  std::vector<std::pair<std::string, PrefixTree>> trees;
+  for (const char* set : {"irregular", "deft"})
+    for (const Workload& w : workload_set(set))
+      if (trees.size() < 40) trees.emplace_back(w.name, build_workload(w));
+  for (const uint64_t seed : {3, 7, 13, 19, 37}) {
+    RandomTreeOptions ro;
+    ro.page_size = 1 + static_cast<int32_t>(seed % 3) * 7;
+    trees.emplace_back("random " + std::to_string(seed), random_tree(seed, ro));
+  }
+  int below = 0, above = 0;
+  for (const auto& [name, tree] : trees) {
+    const TreeIndex index = build_index(tree);
+    for (const char* planner : {"paths", "paths-split"})
+      for (const int32_t g : {0, 8}) {
+        PlanOptions o = paths_options(32, 8);
+        o.planner = planner;
+        o.paths_group = g;
+        const planners::PlannerEntry& e = *planners::find_planner(planner);
+        const std::string what = name + " " + planner + " group " + std::to_string(g);
+        const auto [free_us, choice] =
+            bounded_run(e, tree, index, o, std::numeric_limits<double>::infinity());
+        ASSERT_TRUE(choice.chosen) << what;
+        for (const double f : {0.3, 0.9, 0.999, 1.0, 1.001, 1.1, 3.0}) {
+          const double bound = free_us * f;
+          const auto [us, got] = bounded_run(e, tree, index, o, bound);
+          // below the bound, the search's own choice; above it, a plan that loses too, and a
+          // choice only where the search had to run without the bound to tell
+          if (free_us < bound) {
+            ++below;
+            ASSERT_TRUE(got.chosen) << what << " x" << f;
+            EXPECT_EQ(us, free_us) << what << " x" << f;
+          } else {
+            ++above;
+            EXPECT_GE(us, bound) << what << " x" << f;
+          }
+          if (got.chosen) {
+            EXPECT_EQ(got.group, choice.group) << what << " x" << f;
+            EXPECT_EQ(got.aligned, choice.aligned) << what << " x" << f;
+            EXPECT_EQ(got.piece_tokens, choice.piece_tokens) << what << " x" << f;
+          }
+        }
+        // the choice replayed in a full build: the plan the search builds
+        const Plan searched = make_plan(tree, o);
+        const Plan replayed = planners::run_planner(e, tree, index, o, &choice);
+        EXPECT_EQ(replayed.rows.size(), searched.rows.size()) << what;
+        EXPECT_EQ(replayed.ranges.size(), searched.ranges.size()) << what;
+        EXPECT_EQ(replayed.masks, searched.masks) << what;
+        EXPECT_EQ(replayed.page_ids, searched.page_ids) << what;
+        EXPECT_EQ(replayed.merge_slots, searched.merge_slots) << what;
+        ASSERT_EQ(replayed.items.size(), searched.items.size()) << what;
+        for (size_t i = 0; i < replayed.items.size(); ++i)
+          EXPECT_EQ(replayed.items[i].kv_tokens, searched.items[i].kv_tokens) << what;
+      }
+  }
+  EXPECT_GT(below, 0);
+  EXPECT_GT(above, 0);
 }
 
 }  // namespace

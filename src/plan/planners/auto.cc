@@ -22,7 +22,9 @@
 // with cost-only PlanBuilders (items' rows, KV tokens and tiles; no ranges or pages), whose cost
 // equals estimate_plan_us of the full plan; a candidate whose lower bound
 // (longest CTA, CTA time / slots, global bytes and FLOPs) cannot beat the best so far skips its
-// schedule. Only the winner is built as a full Plan.
+// schedule. Only the winner is built as a full Plan. The searching candidates (paths, paths-split)
+// get the best cost so far as a bound for their own search and hand their choice to the winner's
+// full build (PlannerSearch), which then does not search again.
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -167,11 +169,17 @@ class AutoPlanner {
     for (const PlannerEntry* e : auto_candidates())
       if (std::string(e->name) != "flatten" || flatten_fits(tree_, index_, opts_))
         others.push_back(e);
+    // A searching candidate (paths, paths-split) gets the cost it has to get below, so it need
+    // not rank its plans above it, and leaves its choice for the winner's full build.
+    std::vector<PlannerSearch> searches(others.size());
     for (size_t i = 0; i < others.size(); ++i) {
       PlanBuilder b(tree_, opts_, shape_, others[i]->name, PlanBuilder::Mode::kCostOnly);
-      others[i]->fn(tree_, index_, opts_, &b);
       const double keep = 1.0 - others[i]->auto_margin;  // (PlannerEntry::auto_margin)
+      // a hair above: a cost c with c / keep < bound() is below it whatever the rounding
+      b.search().bound_us = bound() * keep * (1 + 1e-9);
+      others[i]->fn(tree_, index_, opts_, &b);
       consider(b.cost_us(opts_.device, bound() * keep) / keep, -1 - static_cast<int32_t>(i));
+      searches[i] = b.search();
     }
     if (best_ >= 0) {
       PlanBuilder b(tree_, opts_, shape_, "auto");
@@ -179,7 +187,9 @@ class AutoPlanner {
       emit(cg, parts, &b);
       return b.finish();  // chosen_planner "auto" (the builder's name)
     }
-    Plan plan = run_planner(*others[-best_ - 1], tree_, index_, opts_);
+    PlannerSearch& won = searches[-best_ - 1];
+    won.bound_us = std::numeric_limits<double>::infinity();  // (a search, should it still run)
+    Plan plan = run_planner(*others[-best_ - 1], tree_, index_, opts_, &won);
     plan.planner = "auto";  // chosen_planner stays the candidate's name
     return plan;
   }

@@ -17,8 +17,14 @@
 // merge combines. The piece length spreads the cut's KV over 1/2, 1, 2 or 4 waves of the device's
 // CTA slots, the cheapest under the model, at each k it tries. It reads a shared node once per
 // group like paths, but over as many CTAs as the device has slots, where paths has one per group.
+//
+// Under auto, the search (PathsSearch) gets the cost its plan has to get below (PlannerSearch): it
+// skips cuts whose KV read or summary already passes that bound, and leaves its choice, which
+// auto's full build of the winner replays instead of searching again. The choice below the bound
+// is the one the search makes without it.
 #include <algorithm>
 #include <bitset>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -228,40 +234,134 @@ class PathGrouper {
   int64_t epoch_ = 0;
 };
 
-/// The paths planners: `split` cuts each group into KV pieces (paths_split), else one item a group
-/// (paths).
-void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, bool split,
-                PlanBuilder* b) {
-  PathGrouper grouper(tree, index);
-  const PlanShape shape = plan_shape(tree, opts);
-  const char* name = split ? "paths-split" : "paths";
-  // A cut's cost: whole groups, or (split) the cheapest of its groups cut into pieces of at most
-  // the tokens that spread its KV over 1/2, 1, 2 or 4 waves of the device's CTA slots (multiples
-  // of 64 tokens, at least 64); `piece` gets that length.
-  const int64_t slots = device_slots(opts.device);
-  std::vector<int32_t> parts, next_parts;  // cost_us: pieces per group, previous and next length
-  const auto cost_us = [&](const std::vector<int32_t>& starts, double prune, int64_t* piece) {
+/// The paths planners' search (plan_paths): the group size k, plain or aligned cut, and (split)
+/// the piece length, each cut priced by cost-only builders.
+class PathsSearch {
+ public:
+  PathsSearch(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, bool split)
+      : tree_(tree),
+        opts_(opts),
+        shape_(plan_shape(tree, opts)),
+        split_(split),
+        slots_(device_slots(opts.device)),
+        grouper_(tree, index) {}
+
+  PathGrouper& grouper() { return grouper_; }
+
+  /// The choice of the search without a bound, when its cost is below `bound`
+  /// (PlannerSearch::bound_us; `chosen` set). Otherwise, when every plan it could choose costs
+  /// at least `bound`, a plan among its candidates (`chosen` false), or nothing (`group` 0) when
+  /// that cannot be told without the unbounded search (search(inf) then).
+  ///
+  /// k: the caller's, or the cheapest plain cut under the cost model of 1, 2, 4, ... up to the
+  /// cap; then that k's aligned cut where its groups differ and the model finds it cheaper. (The
+  /// aligned cuts of the other k are not candidates: fewer, larger masked groups that the model
+  /// prices too low, measured slower on the DeFT set's tree-of-thought lines, bench/NOTES.md.)
+  /// A bound changes which cuts are priced in full, never the choice below it: a cut whose KV
+  /// read (kv_read_floor_us) or summary (the builder's prune) already passes it is not ranked.
+  PlannerSearch search(double bound) {
+    PlannerSearch out;
+    std::vector<int32_t> plain, trial, aligned;  // the plain cut of the chosen k, and its aligned
+    int32_t k = opts_.paths_group > 0 ? fixed_paths_group(opts_) : 0;
+    double plain_us = bound;  // the chosen plain cut's cost once below the bound
+    bool priced = false;      // plain_us is the chosen plain cut's (pruned at the bound)
+    int64_t piece = 0, trial_piece = 0;
+    if (k == 0) {
+      const int32_t cap = max_queries_per_item(opts_, /*masked=*/true);
+      // The cap's cut first: a size whose cut reads more KV than the cap's costs in all
+      // (kv_read_floor_us), or than the bound, is not the cheapest below the bound, and is
+      // skipped without summarizing its items.
+      grouper_.cut(cap, /*aligned=*/false, &trial);
+      int64_t cap_piece = 0;
+      const double cap_us = cost(trial, bound, &cap_piece);
+      for (int32_t c = 1;; c = std::min(cap, 2 * c)) {
+        grouper_.cut(c, /*aligned=*/false, &trial);
+        double us = cap_us;
+        trial_piece = cap_piece;
+        if (c != cap) {
+          grouper_.load(trial);
+          if (kv_read_floor_us(opts_.device, shape_, grouper_.total_tokens()) >
+              std::min(cap_us, bound))
+            continue;
+          us = cost(trial, plain_us, &trial_piece);
+        }
+        if (us < plain_us) {
+          plain_us = us;
+          k = c;
+          piece = trial_piece;
+          plain.swap(trial);
+        }
+        if (c == cap) break;
+      }
+      priced = k != 0;
+      if (k == 0) {
+        // No plain cut below the bound. The unbounded search takes the aligned cut of its
+        // cheapest plain cut's k where cheaper; unless no k's aligned cut gets below the bound,
+        // only that search can tell which.
+        for (int32_t c = 1;; c = std::min(cap, 2 * c)) {
+          grouper_.cut(c, /*aligned=*/false, &plain);
+          grouper_.cut(c, /*aligned=*/true, &aligned);
+          if (aligned != plain) {
+            grouper_.load(aligned);
+            if (kv_read_floor_us(opts_.device, shape_, grouper_.total_tokens()) <= bound &&
+                cost(aligned, bound, &trial_piece) < bound)
+              return out;
+          }
+          if (c == cap) break;
+        }
+        out.group = cap;  // the cap's plain cut: one of the candidates, at least the bound
+        out.piece_tokens = cap_piece;
+        return out;
+      }
+    } else {
+      grouper_.cut(k, /*aligned=*/false, &plain);
+    }
+    // A caller's k without a bound is chosen whatever it costs; its pieces still need pricing.
+    const bool unbounded = std::isinf(bound);
+    grouper_.cut(k, /*aligned=*/true, &aligned);
+    if (aligned != plain) {
+      if (!priced) plain_us = cost(plain, bound, &piece);
+      const double limit = std::min(plain_us, bound);
+      out.aligned = cost(aligned, limit, &trial_piece) < limit;
+      if (out.aligned) piece = trial_piece;
+    } else if (!priced && (split_ || !unbounded)) {
+      plain_us = cost(plain, bound, &piece);
+    }
+    out.group = k;
+    out.piece_tokens = piece;
+    out.chosen = unbounded || out.aligned || plain_us < bound;
+    return out;
+  }
+
+ private:
+  /// A cut's cost: whole groups, or (split) the cheapest of its groups cut into pieces of at most
+  /// the tokens that spread its KV over 1/2, 1, 2 or 4 waves of the device's CTA slots (multiples
+  /// of 64 tokens, at least 64). Below `prune`, the cost and, in `piece`, that length (0: whole
+  /// groups); otherwise a value of at least `prune` and the first length tried.
+  double cost(const std::vector<int32_t>& starts, double prune, int64_t* piece) {
     const auto one = [&](int64_t piece_tokens, double bound) {
-      PlanBuilder cost(tree, opts, shape, name, PlanBuilder::Mode::kCostOnly);
-      grouper.emit(starts, piece_tokens, &cost);
-      return cost.cost_us(opts.device, bound);
+      PlanBuilder b(tree_, opts_, shape_, split_ ? "paths-split" : "paths",
+                    PlanBuilder::Mode::kCostOnly);
+      grouper_.emit(starts, piece_tokens, &b);
+      return b.cost_us(opts_.device, bound);
     };
     *piece = 0;
-    if (!split) return one(0, prune);
-    grouper.load(starts);
-    const int64_t work = grouper.total_tokens() * opts.num_kv_heads;
+    if (!split_) return one(0, prune);
+    grouper_.load(starts);
+    const int64_t work = grouper_.total_tokens() * opts_.num_kv_heads;
     double best = prune;
-    parts.clear();
+    parts_.clear();
     static constexpr double kWaves[] = {0.5, 1.0, 2.0, 4.0};
     for (const double w : kWaves) {
       const int64_t len = std::max<int64_t>(
-          64, 64 * ceil_div(static_cast<int64_t>(work / (w * static_cast<double>(slots))), 64));
+          64, 64 * ceil_div(static_cast<int64_t>(work / (w * static_cast<double>(slots_))), 64));
       // a length that cuts every group into as many pieces as the previous one makes its plan
-      next_parts.clear();
-      for (const int64_t t : grouper.group_tokens())
-        next_parts.push_back(split_pieces(t, pieces_at_most(t, len)).parts);
-      if (next_parts == parts) continue;
-      parts.swap(next_parts);
+      next_parts_.clear();
+      for (const int64_t t : grouper_.group_tokens())
+        next_parts_.push_back(split_pieces(t, pieces_at_most(t, len)).parts);
+      if (next_parts_ == parts_) continue;
+      parts_.swap(next_parts_);
+      if (*piece == 0) *piece = len;
       const double us = one(len, best);
       if (us < best) {
         best = us;
@@ -269,55 +369,33 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
       }
     }
     return best;
-  };
-  // k: the caller's, or the cheapest plain cut under the cost model of 1, 2, 4, ... up to the
-  // cap; then that k's aligned cut where its groups differ and the model finds it cheaper. (The
-  // aligned cuts of the other k are not candidates: fewer, larger masked groups that the model
-  // prices too low, measured slower on the DeFT set's tree-of-thought lines, bench/NOTES.md.)
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<int32_t> plain, aligned;  // the plain cut of the chosen k, and its aligned cut
-  int32_t k = opts.paths_group > 0 ? fixed_paths_group(opts) : 0;
-  double plain_us = inf;
-  int64_t piece = 0, trial_piece = 0;
-  if (k == 0) {
-    const int32_t cap = max_queries_per_item(opts, /*masked=*/true);
-    std::vector<int32_t> trial;
-    // The cap's cut first: a size whose cut reads more KV than the cap's costs in all
-    // (kv_read_floor_us) is not the cheapest, and is skipped without summarizing its items.
-    grouper.cut(cap, /*aligned=*/false, &trial);
-    int64_t cap_piece = 0;
-    const double cap_us = cost_us(trial, inf, &cap_piece);
-    for (int32_t c = 1;; c = std::min(cap, 2 * c)) {
-      grouper.cut(c, /*aligned=*/false, &trial);
-      double us = cap_us;
-      trial_piece = cap_piece;
-      if (c != cap) {
-        grouper.load(trial);
-        if (kv_read_floor_us(opts.device, shape, grouper.total_tokens()) > cap_us) continue;
-        us = cost_us(trial, plain_us, &trial_piece);
-      }
-      if (us < plain_us) {
-        plain_us = us;
-        k = c;
-        piece = trial_piece;
-        plain.swap(trial);
-      }
-      if (c == cap) break;
-    }
-  } else {
-    grouper.cut(k, /*aligned=*/false, &plain);
   }
-  grouper.cut(k, /*aligned=*/true, &aligned);
-  if (aligned != plain) {
-    if (plain_us == inf) plain_us = cost_us(plain, inf, &piece);
-    if (cost_us(aligned, plain_us, &trial_piece) < plain_us) {
-      plain.swap(aligned);
-      piece = trial_piece;
-    }
-  } else if (split && plain_us == inf) {
-    cost_us(plain, inf, &piece);
+
+  const PrefixTree& tree_;
+  const PlanOptions& opts_;
+  const PlanShape shape_;
+  const bool split_;
+  const int64_t slots_;
+  PathGrouper grouper_;
+  std::vector<int32_t> parts_, next_parts_;  ///< cost(): pieces per group, previous and next length
+};
+
+/// The paths planners: `split` cuts each group into KV pieces (paths_split), else one item a group
+/// (paths). A builder that holds a search's choice (auto's full build of the winner) builds it;
+/// otherwise the search runs under the builder's bound and leaves its choice there.
+void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOptions& opts, bool split,
+                PlanBuilder* b) {
+  PathsSearch s(tree, index, opts, split);
+  PlannerSearch& choice = b->search();
+  if (!choice.chosen) {
+    const double bound = choice.bound_us;
+    choice = s.search(bound);
+    if (choice.group == 0) choice = s.search(std::numeric_limits<double>::infinity());
+    choice.bound_us = bound;
   }
-  grouper.emit(plain, piece, b);
+  std::vector<int32_t> cut;
+  s.grouper().cut(choice.group, choice.aligned, &cut);
+  s.grouper().emit(cut, choice.piece_tokens, b);
 }
 
 }  // namespace

@@ -94,6 +94,19 @@ inline int32_t append_piece_summaries(const KvPieces& pieces, ItemSummary item,
   return added;
 }
 
+/// What auto and a searching planner (paths, paths-split) exchange through the builder. auto sets
+/// `bound_us` on a candidate's cost-only builder: a cost at or above it loses, so the search need
+/// not rank plans that cannot get below it (it still emits a plan that costs at least the bound).
+/// The search leaves its choice (`chosen`), which auto hands to the winner's full build so that
+/// it builds that plan without searching again.
+struct PlannerSearch {
+  double bound_us = std::numeric_limits<double>::infinity();
+  bool chosen = false;       ///< the fields below hold a search's choice
+  int32_t group = 0;         ///< paths: queries per group (k)
+  bool aligned = false;      ///< paths: the aligned cut of that k, not the plain one
+  int64_t piece_tokens = 0;  ///< paths-split: the KV piece length (0: whole groups)
+};
+
 class PlanBuilder {
  public:
   enum class Mode { kPlan, kCostOnly };
@@ -158,6 +171,8 @@ class PlanBuilder {
   /// (kCostOnly mode only; see estimate_items_us for prune_above).
   double cost_us(const DeviceInfo& dev,
                  double prune_above = std::numeric_limits<double>::infinity());
+  /// auto's bound and a search's choice (PlannerSearch).
+  PlannerSearch& search() { return search_; }
 
  private:
   /// Cost-only emit_group over a chain cut into `pieces`.
@@ -181,6 +196,7 @@ class PlanBuilder {
 
   const PrefixTree& tree_;
   Plan plan_;
+  PlannerSearch search_;
   bool cost_only_ = false;
   int32_t group_ = 1;
   bool warpgroup_mma_ = false;  ///< opts.device.warpgroup_mma (masked items' MMA slabs)

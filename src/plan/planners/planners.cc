@@ -40,8 +40,9 @@ const std::vector<const PlannerEntry*>& auto_candidates() {
 }
 
 Plan run_planner(const PlannerEntry& entry, const PrefixTree& tree, const TreeIndex& index,
-                 const PlanOptions& opts) {
+                 const PlanOptions& opts, const PlannerSearch* search) {
   PlanBuilder b(tree, opts, entry.name);
+  if (search != nullptr) b.search() = *search;
   entry.fn(tree, index, opts, &b);
   return b.finish(entry.order);
 }

@@ -57,8 +57,9 @@ const std::vector<PlannerEntry>& planner_table();
 const PlannerEntry* find_planner(const std::string& name);
 /// The item-emitting planners in auto's candidate order.
 const std::vector<const PlannerEntry*>& auto_candidates();
-/// Runs an item-emitting `entry` into a full PlanBuilder and returns the finished plan.
+/// Runs an item-emitting `entry` into a full PlanBuilder and returns the finished plan; with
+/// `search`, the builder starts from it (a cost-only run's choice, replayed without a search).
 Plan run_planner(const PlannerEntry& entry, const PrefixTree& tree, const TreeIndex& index,
-                 const PlanOptions& opts);
+                 const PlanOptions& opts, const PlannerSearch* search = nullptr);
 
 }  // namespace treeattn::planners
