@@ -64,10 +64,11 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {}
 for r in rows:
     by.setdefault(r["workload"], {})[r["build"] + ("" if r["l2_flush"] == "on" else "-warm")] = r
-print("timeline, FastTree lines with event < 25 us (old): event us / median CTA's item, chain, "
-      "compute, epilogue")
+print("timeline, FastTree lines with event < 25 us (old, or new where the old CLI has no "
+      "timeline): event us / median CTA's item, chain, compute, epilogue")
 for w, d in by.items():
-    if "old" not in d or d["old"]["event_us"] >= 25:
+    ref = d.get("old") or d.get("final")
+    if ref is None or ref["event_us"] >= 25:
         continue
     parts = []
     for b in ("old", "final", "probe", "old-warm", "final-warm", "probe-warm"):
