@@ -249,9 +249,9 @@ class PathsSearch {
   PathGrouper& grouper() { return grouper_; }
 
   /// The choice of the search without a bound, when its cost is below `bound`
-  /// (PlannerSearch::bound_us; `chosen` set). Otherwise, when every plan it could choose costs
-  /// at least `bound`, a plan among its candidates (`chosen` false), or nothing (`group` 0) when
-  /// that cannot be told without the unbounded search (search(inf) then).
+  /// (PlannerSearch::bound_us; `chosen` set). Otherwise, when that choice costs at least
+  /// `bound`: one of its candidates, which costs at least as much (`chosen` false), or nothing
+  /// (`group` 0) where telling so takes the unbounded search (search(inf) then).
   ///
   /// k: the caller's, or the cheapest plain cut under the cost model of 1, 2, 4, ... up to the
   /// cap; then that k's aligned cut where its groups differ and the model finds it cheaper. (The
