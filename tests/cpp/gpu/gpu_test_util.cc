@@ -18,6 +18,7 @@ std::string Case::describe() const {
      << num_kv_heads << " dim=" << head_dim << (combined_kv ? " combined-kv" : "")
      << " seed=" << seed;
   if (sm_scale != 0.f) os << " sm_scale=" << sm_scale;
+  if (paths_group != 0) os << " paths_group=" << paths_group;
   if (kv_dtype != KvDType::kSame)
     os << " kv=" << kv_dtype_name(kv_dtype) << " k_scale=" << k_scale << " v_scale=" << v_scale;
   return os.str();
@@ -66,6 +67,7 @@ void expect_matches_oracle(const PrefixTree& tree, const Case& c, const CaseInpu
 Plan make_case_plan(const PrefixTree& tree, const Case& c) {
   PlanOptions o = make_plan_options(c.planner, c.num_qo_heads, c.num_kv_heads, c.head_dim);
   o.kv_dtype_bytes = is_fp8(c.kv_dtype) ? 1 : 2;
+  o.paths_group = c.paths_group;
   return make_plan(tree, o);
 }
 

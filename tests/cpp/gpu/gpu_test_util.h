@@ -62,7 +62,8 @@ struct Case {
   int32_t sample_queries = 16;        ///< checked queries (spread over the batch)
   KvDType kv_dtype = KvDType::kSame;  ///< an fp8 cache: K/V stored as fp8(value / scale)
   float k_scale = 1.f, v_scale = 1.f;
-  float sm_scale = 0.f;  ///< the softmax scale of the run and the oracle (0: 1/sqrt(head_dim))
+  float sm_scale = 0.f;     ///< the softmax scale of the run and the oracle (0: 1/sqrt(head_dim))
+  int32_t paths_group = 0;  ///< PlanOptions::paths_group (0: the model's)
   std::string describe() const;
 };
 

@@ -164,15 +164,23 @@ TEST(DecodeGpu, CombinedKvLayoutAndNoLse) {
 TEST(DecodeGpu, GraphReplayAfterAppend) {
   TA_REQUIRE_GPU();
   // query at 16/1: 16 deep kM16 CTAs of long items, so the launch runs cluster pairs
-  // (tile::use_pair_m16, the default setting)
-  for (const auto& [planner, qo_heads, kv_heads] :
-       {std::tuple<const char*, int, int>{"query", 32, 8}, {"node", 32, 8}, {"query", 16, 1}}) {
+  // (tile::use_pair_m16, the default setting); paths and paths-split in groups of 4 queries (one
+  // middle node's leaves: masked items over their root paths; paths-split cuts them into pieces
+  // and merges); auto at 32/8 takes paths-split here
+  for (const auto& [planner, qo_heads, kv_heads, group] :
+       {std::tuple<const char*, int, int, int>{"query", 32, 8, 0},
+        {"node", 32, 8, 0},
+        {"query", 16, 1, 0},
+        {"paths", 32, 8, 4},
+        {"paths-split", 32, 8, 4},
+        {"auto", 32, 8, 0}}) {
     SCOPED_TRACE(std::string(planner) + " heads=" + std::to_string(qo_heads) + "/" +
-                 std::to_string(kv_heads));
+                 std::to_string(kv_heads) + " paths_group=" + std::to_string(group));
     Case c;
     c.planner = planner;
     c.num_qo_heads = qo_heads;
     c.num_kv_heads = kv_heads;
+    c.paths_group = group;
     c.seed = 4242;
     // Leaves each hold one query, so appending grows them in place and the later plan keeps
     // the item structure (a forking append can move items between tile classes and outgrow

@@ -155,15 +155,20 @@ TEST(DecodeGpu, DeterministicAcrossRunsAndGridSizes) {
   struct Line {
     const char* levels;
     const char* planner;
+    bool bf16;
   };
-  // many slots per query, several tile classes, one KV head (16/1), masked items, and a flatten
-  // line whose kM16 config is wide at headroom 3 if taken from the capacity (deep as planned)
-  const Line lines[] = {{"N=1,4,16,64 C=300,100,50,20 heads=32/8 dim=128 page=16", "fasttree"},
-                        {"N=1,4,16,64 C=300,100,50,20 heads=32/8 dim=128 page=16", "pat"},
-                        {"N=1,2,8,128 C=700,64,40,9 heads=16/1 dim=64 page=1", "node-chunk"},
-                        {"N=1,32 C=2000,30 heads=32/32 dim=128 page=32", "flatten"}};
+  // many slots per query, several tile classes, one KV head (16/1), masked items, a flatten
+  // line whose kM16 config is wide at headroom 3 if taken from the capacity (deep as planned), and
+  // paths-split's pieces of masked root-path groups
+  const Line lines[] = {
+      {"N=1,4,16,64 C=300,100,50,20 heads=32/8 dim=128 page=16", "fasttree", false},
+      {"N=1,4,16,64 C=300,100,50,20 heads=32/8 dim=128 page=16", "pat", false},
+      {"N=1,2,8,128 C=700,64,40,9 heads=16/1 dim=64 page=1", "node-chunk", true},
+      {"N=1,32 C=2000,30 heads=32/32 dim=128 page=32", "flatten", true},
+      {"N=1,4,16,64 C=300,100,50,20 heads=32/8 dim=128 page=16", "paths-split", false},
+      {"N=1,2,8,128 C=700,64,40,9 heads=16/1 dim=64 page=1", "paths-split", true}};
   for (const Line& line : lines) {
-    LevelsCase lc = levels_case(line.levels, line.planner, /*bf16=*/&line - lines >= 2, 3);
+    LevelsCase lc = levels_case(line.levels, line.planner, line.bf16, 3);
     const PrefixTree& tree = lc.tree;
     Case& c = lc.c;
     c.sample_queries = 1 << 20;  // every query
