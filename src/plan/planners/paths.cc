@@ -263,10 +263,10 @@ class PathsSearch {
     PlannerSearch out;
     std::vector<int32_t> plain, trial, aligned;  // the plain cut of the chosen k, and its aligned
     int32_t k = opts_.paths_group > 0 ? fixed_paths_group(opts_) : 0;
-    double plain_us = bound;  // the chosen plain cut's cost once below the bound
-    bool priced = false;      // plain_us is the chosen plain cut's (pruned at the bound)
+    const bool search_k = k == 0;  // the search prices plain_us; a caller's k is priced below
+    double plain_us = bound;       // the chosen plain cut's cost once below the bound
     int64_t piece = 0, trial_piece = 0;
-    if (k == 0) {
+    if (search_k) {
       const int32_t cap = max_queries_per_item(opts_, /*masked=*/true);
       // The cap's cut first: a size whose cut reads more KV than the cap's costs in all
       // (kv_read_floor_us), or than the bound, is not the cheapest below the bound, and is
@@ -274,15 +274,12 @@ class PathsSearch {
       grouper_.cut(cap, /*aligned=*/false, &trial);
       int64_t cap_piece = 0;
       const double cap_us = cost(trial, bound, &cap_piece);
-      for (int32_t c = 1;; c = std::min(cap, 2 * c)) {
+      for (const int32_t c : group_sizes(cap)) {
         grouper_.cut(c, /*aligned=*/false, &trial);
         double us = cap_us;
         trial_piece = cap_piece;
         if (c != cap) {
-          grouper_.load(trial);
-          if (kv_read_floor_us(opts_.device, shape_, grouper_.total_tokens()) >
-              std::min(cap_us, bound))
-            continue;
+          if (kv_floor_us(trial) > std::min(cap_us, bound)) continue;
           us = cost(trial, plain_us, &trial_piece);
         }
         if (us < plain_us) {
@@ -291,23 +288,17 @@ class PathsSearch {
           piece = trial_piece;
           plain.swap(trial);
         }
-        if (c == cap) break;
       }
-      priced = k != 0;
       if (k == 0) {
         // No plain cut below the bound. The unbounded search takes the aligned cut of its
         // cheapest plain cut's k where cheaper; unless no k's aligned cut gets below the bound,
         // only that search can tell which.
-        for (int32_t c = 1;; c = std::min(cap, 2 * c)) {
+        for (const int32_t c : group_sizes(cap)) {
           grouper_.cut(c, /*aligned=*/false, &plain);
           grouper_.cut(c, /*aligned=*/true, &aligned);
-          if (aligned != plain) {
-            grouper_.load(aligned);
-            if (kv_read_floor_us(opts_.device, shape_, grouper_.total_tokens()) <= bound &&
-                cost(aligned, bound, &trial_piece) < bound)
-              return out;
-          }
-          if (c == cap) break;
+          if (aligned != plain && kv_floor_us(aligned) <= bound &&
+              cost(aligned, bound, &trial_piece) < bound)
+            return out;
         }
         out.group = cap;  // the cap's plain cut: one of the candidates, at least the bound
         out.piece_tokens = cap_piece;
@@ -320,11 +311,11 @@ class PathsSearch {
     const bool unbounded = std::isinf(bound);
     grouper_.cut(k, /*aligned=*/true, &aligned);
     if (aligned != plain) {
-      if (!priced) plain_us = cost(plain, bound, &piece);
+      if (!search_k) plain_us = cost(plain, bound, &piece);
       const double limit = std::min(plain_us, bound);
       out.aligned = cost(aligned, limit, &trial_piece) < limit;
       if (out.aligned) piece = trial_piece;
-    } else if (!priced && (split_ || !unbounded)) {
+    } else if (!search_k && (split_ || !unbounded)) {
       plain_us = cost(plain, bound, &piece);
     }
     out.group = k;
@@ -334,6 +325,18 @@ class PathsSearch {
   }
 
  private:
+  /// The group sizes the search tries: 1, 2, 4, ... up to `cap`, which ends the list.
+  static std::vector<int32_t> group_sizes(int32_t cap) {
+    std::vector<int32_t> out;
+    for (int32_t c = 1; c < cap; c *= 2) out.push_back(c);
+    out.push_back(cap);
+    return out;
+  }
+  /// kv_read_floor_us of a cut's KV tokens (loading the cut): no plan of it costs less.
+  double kv_floor_us(const std::vector<int32_t>& cut) {
+    grouper_.load(cut);
+    return kv_read_floor_us(opts_.device, shape_, grouper_.total_tokens());
+  }
   /// A cut's cost: whole groups, or (split) the cheapest of its groups cut into pieces of at most
   /// the tokens that spread its KV over 1/2, 1, 2 or 4 waves of the device's CTA slots (multiples
   /// of 64 tokens, at least 64). Below `prune`, the cost and, in `piece`, that length (0: whole
@@ -388,10 +391,8 @@ void plan_paths(const PrefixTree& tree, const TreeIndex& index, const PlanOption
   PathsSearch s(tree, index, opts, split);
   PlannerSearch& choice = b->search();
   if (!choice.chosen) {
-    const double bound = choice.bound_us;
-    choice = s.search(bound);
+    choice = s.search(choice.bound_us);
     if (choice.group == 0) choice = s.search(std::numeric_limits<double>::infinity());
-    choice.bound_us = bound;
   }
   std::vector<int32_t> cut;
   s.grouper().cut(choice.group, choice.aligned, &cut);
